@@ -1,0 +1,160 @@
+"""Wire format v1: the reading record and the correction record (docs/protocol.md).
+
+    buf = bytearray(reading_size(2))
+    n = encode_reading_into(buf, 7, 1, 42, b"\\x00" * 8, 3, [1200, -5])
+    decode(bytes(buf[:n]))    # (KIND_READING, (7, 1, 42, token, 3, (1200, -5)))
+
+All fields are little-endian integers. Reading (kind 1), 26 + 4*ncols bytes:
+version u8, kind u8, ncols u8, flags u8, device_id u32, boot_id u32, seq u32,
+token 8 bytes, config_id u16, ncols x value i32. Correction (kind 2), 16 bytes:
+version u8, kind u8, reserved u16, token 8 bytes, d_diff i32.
+
+Decoding checks every field and the exact length; anything malformed raises
+``ProtocolError`` with the reason, never returns partial data.
+"""
+
+import struct
+
+VERSION = 1
+KIND_READING = 1
+KIND_CORRECTION = 2
+TOKEN_SIZE = 8
+MAX_COLS = 16
+INT32_MIN = -2147483648      # reserved: never a valid value or d_diff
+INT32_MAX = 2147483647
+
+_READING_HEAD = "<BBBBIII8sH"
+_READING_HEAD_SIZE = 26
+_CORRECTION = "<BBH8si"
+CORRECTION_SIZE = 16
+
+
+class ProtocolError(ValueError):
+    """A message or frame that is not valid v1; the text says why."""
+
+
+def reading_size(ncols):
+    return _READING_HEAD_SIZE + 4 * ncols
+
+
+def _check_u(name, v, bits):
+    if not isinstance(v, int) or v < 0 or v >> bits:
+        raise ValueError("%s must be an int in 0..2**%d-1, got %r" % (name, bits, v))
+
+
+def _check_i32(name, v):
+    if not isinstance(v, int) or v <= INT32_MIN or v > INT32_MAX:
+        raise ValueError("%s out of int32 range (excluding -2**31): %r" % (name, v))
+
+
+def _check_token(token):
+    if not isinstance(token, (bytes, bytearray)) or len(token) != TOKEN_SIZE:
+        raise ValueError("token must be %d bytes" % TOKEN_SIZE)
+
+
+def encode_reading_into(buf, device_id, boot_id, seq, token, config_id, values):
+    """Write a reading record at the start of ``buf``; return its length."""
+    n = len(values)
+    if n < 1 or n > MAX_COLS:
+        raise ValueError("ncols must be 1..%d" % MAX_COLS)
+    if device_id == 0:
+        raise ValueError("device_id 0 is reserved")
+    _check_u("device_id", device_id, 32)
+    _check_u("boot_id", boot_id, 32)
+    _check_u("seq", seq, 32)
+    _check_u("config_id", config_id, 16)
+    _check_token(token)
+    for v in values:
+        _check_i32("value", v)
+    if len(buf) < reading_size(n):
+        raise ValueError("buffer too small")
+    struct.pack_into(_READING_HEAD, buf, 0, VERSION, KIND_READING, n, 0,
+                     device_id, boot_id, seq, bytes(token), config_id)
+    off = _READING_HEAD_SIZE
+    for v in values:
+        struct.pack_into("<i", buf, off, v)
+        off += 4
+    return off
+
+
+def encode_reading(device_id, boot_id, seq, token, config_id, values):
+    buf = bytearray(reading_size(len(values)))
+    encode_reading_into(buf, device_id, boot_id, seq, token, config_id, values)
+    return bytes(buf)
+
+
+def encode_correction_into(buf, token, d_diff):
+    """Write a correction record at the start of ``buf``; return its length."""
+    _check_token(token)
+    _check_i32("d_diff", d_diff)
+    if len(buf) < CORRECTION_SIZE:
+        raise ValueError("buffer too small")
+    struct.pack_into(_CORRECTION, buf, 0, VERSION, KIND_CORRECTION, 0, bytes(token), d_diff)
+    return CORRECTION_SIZE
+
+
+def encode_correction(token, d_diff):
+    buf = bytearray(CORRECTION_SIZE)
+    encode_correction_into(buf, token, d_diff)
+    return bytes(buf)
+
+
+def _head(buf):
+    if not isinstance(buf, (bytes, bytearray, memoryview)):
+        raise ProtocolError("payload must be bytes")
+    if len(buf) < 2:
+        raise ProtocolError("short message: %d bytes" % len(buf))
+    if buf[0] != VERSION:
+        raise ProtocolError("unsupported version %d" % buf[0])
+    return buf[1]
+
+
+def decode_reading(buf):
+    """``(device_id, boot_id, seq, token, config_id, values)`` from a reading record."""
+    kind = _head(buf)
+    if kind != KIND_READING:
+        raise ProtocolError("not a reading record (kind %d)" % kind)
+    if len(buf) < _READING_HEAD_SIZE:
+        raise ProtocolError("short reading: %d bytes" % len(buf))
+    _, _, n, flags, device_id, boot_id, seq, token, config_id = struct.unpack_from(
+        _READING_HEAD, buf, 0)
+    if n < 1 or n > MAX_COLS:
+        raise ProtocolError("ncols %d out of range 1..%d" % (n, MAX_COLS))
+    if len(buf) != reading_size(n):
+        raise ProtocolError("reading with %d columns must be %d bytes, got %d"
+                            % (n, reading_size(n), len(buf)))
+    if flags != 0:
+        raise ProtocolError("unknown flags 0x%02x" % flags)
+    if device_id == 0:
+        raise ProtocolError("device_id 0 is reserved")
+    values = struct.unpack_from("<%di" % n, buf, _READING_HEAD_SIZE)
+    for v in values:
+        if v == INT32_MIN:
+            raise ProtocolError("value -2**31 is reserved")
+    return device_id, boot_id, seq, bytes(token), config_id, tuple(values)
+
+
+def decode_correction(buf):
+    """``(token, d_diff)`` from a correction record."""
+    kind = _head(buf)
+    if kind != KIND_CORRECTION:
+        raise ProtocolError("not a correction record (kind %d)" % kind)
+    if len(buf) != CORRECTION_SIZE:
+        raise ProtocolError("correction record must be %d bytes, got %d"
+                            % (CORRECTION_SIZE, len(buf)))
+    _, _, reserved, token, d_diff = struct.unpack_from(_CORRECTION, buf, 0)
+    if reserved != 0:
+        raise ProtocolError("reserved field must be 0, got %d" % reserved)
+    if d_diff == INT32_MIN:
+        raise ProtocolError("d_diff -2**31 is reserved")
+    return bytes(token), d_diff
+
+
+def decode(buf):
+    """``(kind, fields)`` for any v1 message."""
+    kind = _head(buf)
+    if kind == KIND_READING:
+        return kind, decode_reading(buf)
+    if kind == KIND_CORRECTION:
+        return kind, decode_correction(buf)
+    raise ProtocolError("unknown kind %d" % kind)
