@@ -26,16 +26,29 @@ def bit_length(n):
     return k
 
 
+def fmix32(h):
+    """murmur3's 32-bit finaliser: an avalanche bijection on 0..2**32-1."""
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & _MASK32
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & _MASK32
+    h ^= h >> 16
+    return h
+
+
 class XorShift32:
     """Marsaglia's xorshift32 (13, 17, 5). Not cryptographic: for tests and vectors.
 
-    ``getrandbits(k)`` returns the top ``k`` bits of the next 32-bit state.
+    The seed goes through murmur3's ``fmix32`` (a bijection with no fixed point but 0)
+    first: a small seed such as 1 would otherwise start with many zero top bits and
+    bias the first few dozen draws. ``getrandbits(k)`` returns the top ``k`` bits of
+    the next 32-bit state.
     """
 
     def __init__(self, seed):
         if not isinstance(seed, int) or seed <= 0 or seed > _MASK32:
             raise ValueError("seed must be an int in 1..2**32-1")
-        self._x = seed
+        self._x = fmix32(seed)
 
     def next32(self):
         x = self._x

@@ -16,7 +16,6 @@ MODULES = (
     "tests.portable.test_wire",
     "tests.portable.test_framing",
     "tests.portable.test_mechanism",
-    "tests.portable.test_node",
 )
 
 passed = failed = 0

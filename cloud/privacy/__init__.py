@@ -1,0 +1,1 @@
+"""Empirical differential-privacy audits of the noise the boards release (CPython only)."""

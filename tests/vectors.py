@@ -1,0 +1,61 @@
+"""Golden vectors shared by the portable tests, the QEMU smoke test and docs/protocol.md.
+
+Each byte string is derived by hand in the comment above it, so it checks the encoder
+rather than restating it.
+"""
+
+TOKEN = b"\x01\x23\x45\x67\x89\xab\xcd\xef"
+
+# Reading: device 7, boot 1, seq 42, TOKEN, config 3, values (1200, -5)
+#   01 version | 01 kind=reading | 02 ncols | 00 flags
+#   07 00 00 00 device_id=7 | 01 00 00 00 boot_id=1 | 2a 00 00 00 seq=42
+#   01 23 45 67 89 ab cd ef token | 03 00 config_id=3
+#   b0 04 00 00 value 1200 = 0x000004b0 | fb ff ff ff value -5 = 0xfffffffb
+READING_V1 = bytes([
+    0x01, 0x01, 0x02, 0x00,
+    0x07, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x2A, 0x00, 0x00, 0x00,
+    0x01, 0x23, 0x45, 0x67, 0x89, 0xAB, 0xCD, 0xEF, 0x03, 0x00,
+    0xB0, 0x04, 0x00, 0x00, 0xFB, 0xFF, 0xFF, 0xFF,
+])
+READING_V1_FIELDS = (7, 1, 42, TOKEN, 3, (1200, -5))
+
+# Correction: TOKEN, d_diff -1234 = 0xfffffb2e
+#   01 version | 02 kind=correction | 00 00 reserved | token | 2e fb ff ff
+CORRECTION_V1 = bytes([
+    0x01, 0x02, 0x00, 0x00,
+    0x01, 0x23, 0x45, 0x67, 0x89, 0xAB, 0xCD, 0xEF,
+    0x2E, 0xFB, 0xFF, 0xFF,
+])
+CORRECTION_V1_FIELDS = (TOKEN, -1234)
+
+# CRC-16/CCITT-FALSE check value of the ASCII digits "123456789" (the catalogue's "check").
+CRC16_CHECK = 0x29B1
+# Frames: "~" + lowercase hex payload + 4 hex digits of crc16(payload) + "\n".
+# crc16(CORRECTION_V1) = 0xb870, crc16(READING_V1) = 0x6df9 (also binascii.crc_hqx(p, 0xffff)).
+CORRECTION_V1_FRAME = b"~010200000123456789abcdef2efbffffb870\n"
+READING_V1_FRAME = (b"~0101020007000000010000002a000000"
+                    b"0123456789abcdef0300b0040000fbffffff6df9\n")
+
+# XorShift32(1): the seed is mixed by murmur3 fmix32 first:
+#   1 -> ^>>16: 0x1 -> *0x85ebca6b: 0x85ebca6b -> ^>>13: 0x85efe535 -> *0xc2b2ae35: 0x514e79f9
+#     -> ^>>16: 0x514e28b7 (state 0). Then each step x ^= x << 13; x ^= x >> 17; x ^= x << 5:
+#   0x514e28b7 -> 0x9458c8b7 -> 0x9458829b -> 0x1f48d1fb = 524866043 (first output).
+FMIX32_OF_1 = 0x514E28B7
+XORSHIFT32_SEED1 = (524866043, 2877414208, 2380002740, 2664205378, 3890067424)
+
+# new_token(XorShift32(1)): four getrandbits(16) = top 16 bits of the states above:
+# 0x1f48d1fb -> 0x1f48, 0xab81db40 -> 0xab81, 0x8ddbf5b4 -> 0x8ddb, 0x9ecc8c42 -> 0x9ecc.
+TOKEN_SEED1 = bytes([0x1F, 0x48, 0xAB, 0x81, 0x8D, 0xDB, 0x9E, 0xCC])
+
+# DiscreteLaplace(num, den, XorShift32(1)): the first 20 samples at scale num/den.
+# Any implementation of CKS Algorithms 1-2 that draws its bits in the order of
+# shared_protocol/noise.py reproduces them on any interpreter.
+LAPLACE_SEED1 = {
+    (73, 10): (-1, -5, -2, 0, 8, -23, -3, 2, 9, 20, -12, 6, -2, 8, 7, -13, 1, -6, 5, 0),
+    (1, 2): (0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, -1, 0, 0, 0, 0, 0, 0),
+    (1, 1): (-1, 0, 0, -1, 1, -1, 0, 0, 3, 0, -1, 1, 2, 1, 1, 2, 0, -1, -3, 0),
+    (1000, 1): (-125, -1609, 295, 7, -3103, 930, 1881, -1415, 1372, -1145, 355, -730,
+                -3642, 944, -578, 672, 994, 231, -140, -1478),
+    (100000, 1): (-16017, -59940, -22306, 104708, 978, -313263, -40262, 5145, 153120, 59150,
+                  172518, 135837, -135277, -2787, -130548, -32583, -137517, -278112, 39254, -60339),
+}
