@@ -12,10 +12,11 @@ MODULES = (
     "tests.portable.test_noise",
     "tests.portable.test_fixedpoint",
     "tests.portable.test_distance",
-    "tests.portable.test_token",
+    "tests.portable.test_tokens",
     "tests.portable.test_wire",
     "tests.portable.test_framing",
     "tests.portable.test_mechanism",
+    "tests.portable.test_node",
 )
 
 passed = failed = 0

@@ -1,4 +1,4 @@
-from shared_protocol.token import new_token, TOKEN_SIZE
+from shared_protocol.tokens import new_token, TOKEN_SIZE
 from shared_protocol.rng import XorShift32
 from tests import vectors
 

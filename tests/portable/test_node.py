@@ -1,0 +1,61 @@
+import sys
+
+from shared_protocol import wire
+from shared_protocol.framing import unframe
+from shared_protocol.fixedpoint import Affine
+from shared_protocol.mechanism import Column, RecordMechanism
+from shared_protocol.rng import XorShift32
+
+sys.path.insert(0, "firmware")
+from node import Node, serial_sender  # noqa: E402
+
+
+class ListSensor:
+    def __init__(self, rows):
+        self.rows = list(rows)
+
+    def read(self):
+        return list(self.rows.pop(0))
+
+
+def _node(rows, sent, seed=3):
+    ident = Affine(1, 1, 0, -100000, 100000)
+    mech = RecordMechanism([Column(ident, 125, (1, 2)), Column(ident, 125, (1, 2))], [0, 0],
+                           XorShift32(seed))
+    return Node(ListSensor(rows), mech, XorShift32(seed + 1), 7, 9, 3,
+                lambda kind, payload: sent.append((kind, payload)))
+
+
+def test_step_sends_a_reading_and_its_correction_linked_by_token():
+    sent = []
+    node = _node([(10, 20), (30, 40)], sent)
+    assert node.step() == 0
+    assert node.step() == 1
+    assert [k for k, _ in sent] == [wire.KIND_READING, wire.KIND_CORRECTION] * 2
+    dev, boot, seq, tok, cfg, vals = wire.decode_reading(sent[0][1])
+    ctok, d = wire.decode_correction(sent[1][1])
+    assert (dev, boot, seq, cfg) == (7, 9, 0, 3)
+    assert ctok == tok
+    assert wire.decode_reading(sent[2][1])[2] == 1
+    assert wire.decode_reading(sent[2][1])[3] != tok
+
+
+def test_released_values_are_the_mechanism_output():
+    sent = []
+    _node([(10, 20)], sent, seed=8).step()
+    mech = RecordMechanism([Column(Affine(1, 1, 0, -100000, 100000), 125, (1, 2))] * 2, [0, 0],
+                           XorShift32(8))
+    q, out, d = mech.perturb([10, 20])
+    assert wire.decode_reading(sent[0][1])[5] == tuple(out)
+    assert wire.decode_correction(sent[1][1])[1] == d
+
+
+def test_serial_sender_frames_each_message():
+    lines = []
+    sent = []
+    node = _node([(1, 2)], sent)
+    node.send = serial_sender(lines.append)
+    node.step()
+    assert len(lines) == 2
+    assert wire.decode(unframe(lines[0]))[0] == wire.KIND_READING
+    assert wire.decode(unframe(lines[1]))[0] == wire.KIND_CORRECTION
