@@ -1,0 +1,56 @@
+import io
+
+import numpy as np
+import pytest
+
+from cloud import cli
+from cloud.datasets import paper1_synthetic, relaxed_sensitivity
+from cloud.demo import DemoOptions, run_demo
+
+
+def test_demo_summarises_a_window():
+    out = io.StringIO()
+    assert run_demo(DemoOptions(n=3000, epsilon="0.5"), out) == 0
+    text = out.getvalue()
+    assert "3000 readings" in text
+    assert "epsilon 0.5 per column, 1 per row" in text
+    assert "reading 34 bytes, correction 16 bytes" in text
+    assert "relaxed sensitivity (this mechanism)" in text
+
+
+@pytest.mark.parametrize("argv", [["demo", "--epsilon", "-1"], ["demo", "--epsilon", "abc"],
+                                  ["demo", "--n", "3"], ["demo", "--shape", "ring"]])
+def test_demo_rejects_bad_arguments_clearly(argv, capsys):
+    try:
+        rc = cli.main(argv)
+    except SystemExit as e:       # argparse rejects choices itself
+        rc = e.code
+    assert rc == 2
+    assert "dpsense" in capsys.readouterr().err
+
+
+def test_no_command_prints_help(capsys):
+    assert cli.main([]) == 2
+    assert "demo" in capsys.readouterr().out
+
+
+def test_version(capsys):
+    assert cli.main(["version"]) == 0
+    assert "wire protocol v1" in capsys.readouterr().out
+
+
+def test_paper1_generator_separates_outliers():
+    d = paper1_synthetic(20_000, separation=220, shape="scale", seed=3)
+    r = np.linalg.norm(d.x, axis=1)
+    assert d.outlier.sum() == 2000
+    assert r[d.outlier].min() - r[~d.outlier].max() == pytest.approx(220, rel=0.05)
+    s = paper1_synthetic(20_000, separation=50, shape="shift", seed=3)
+    rs = np.linalg.norm(s.x, axis=1)
+    assert rs[s.outlier].min() - rs[~s.outlier].max() == pytest.approx(50, abs=1)
+
+
+def test_relaxed_sensitivity_is_the_90_percent_range():
+    ref = np.column_stack([np.arange(1001.0), np.arange(1001.0) * 2])
+    assert relaxed_sensitivity(ref, 10.0) == pytest.approx([900.0, 1800.0])
+    with pytest.raises(ValueError):
+        relaxed_sensitivity(ref, 0)
