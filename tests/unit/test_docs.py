@@ -1,0 +1,29 @@
+"""docs/protocol.md must agree with the vectors the code is tested against."""
+import pathlib
+import re
+
+from tests import vectors
+
+DOC = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
+
+
+def _blocks():
+    return [b.strip() for b in re.findall(r"```\n(.*?)```", DOC, re.S)]
+
+
+def test_hex_dumps_match_vectors():
+    dumps = [bytes.fromhex(b.replace("\n", " ")) for b in _blocks() if re.fullmatch(r"[0-9a-f \n]+", b)]
+    assert dumps == [vectors.READING_V1, vectors.CORRECTION_V1]
+
+
+def test_frames_match_vectors():
+    frames = [line for b in _blocks() for line in b.splitlines() if line.startswith("~")]
+    assert [f.encode() + b"\n" for f in frames] == [vectors.CORRECTION_V1_FRAME, vectors.READING_V1_FRAME]
+
+
+def test_seeded_values_match_vectors():
+    assert "0x%08x" % vectors.FMIX32_OF_1 in DOC
+    assert ", ".join(map(str, vectors.XORSHIFT32_SEED1)) in DOC
+    assert " ".join("%02x" % b for b in vectors.TOKEN_SEED1) in DOC
+    assert ", ".join(map(str, vectors.LAPLACE_SEED1[(73, 10)])) in DOC
+    assert ", ".join(map(str, vectors.LAPLACE_SEED1[(1000, 1)][:10])) in DOC
