@@ -481,7 +481,9 @@ class PrivacyReport:
         return "\n".join(lines)
 
 
-def _count(outputs: Iterable[object], key: Callable[[object], Hashable] | None) -> Counter:
+def _count(
+    outputs: Iterable[object], key: Callable[[object], Hashable] | None
+) -> Counter[Hashable]:
     if isinstance(outputs, np.ndarray):
         outputs = outputs.ravel().tolist()
     if key is None:
@@ -564,7 +566,7 @@ def privacy_ratio_check(
                 "A>B" if a_side else "B>A",
             )
         )
-    flagged.sort(key=lambda v: v.pvalue)
+    flagged.sort(key=lambda v: (v.pvalue, -(v.count_a + v.count_b), repr(v.key)))
     impossible = tuple(v for v in flagged if v.count_a == 0 or v.count_b == 0)
     return PrivacyReport(
         epsilon=epsilon,

@@ -56,6 +56,4 @@ def naive_float32_laplace(x: float, b: float, n: int, rng: np.random.Generator) 
     arg = _F32(1.0) - _F32(2.0) * np.abs(d)
     neg_b_sign = _F32(-b) * np.sign(d)
     y = neg_b_sign * np.log(arg)
-    out = _F32(x) + y
-    assert out.dtype == _F32
-    return out
+    return _F32(x) + y
