@@ -24,6 +24,7 @@ Protocol (MicroPython ``pyexec.c``): Ctrl-A enters the raw REPL, which answers
 
 from __future__ import annotations
 
+import ast
 import os
 import select
 import time
@@ -43,7 +44,9 @@ class RawReplError(ReplError):
     """The code raised on the device; ``traceback`` is the device's stderr."""
 
     def __init__(self, traceback: str, stdout: str = "") -> None:
-        super().__init__("device raised:\n" + traceback.rstrip())
+        shown = stdout if len(stdout) <= 500 else "..." + stdout[-500:]
+        super().__init__("device raised:\n" + traceback.rstrip()
+                         + ("\n(its stdout before that: %r)" % shown if stdout else ""))
         self.traceback = traceback
         self.stdout = stdout
 
@@ -194,8 +197,10 @@ class RawRepl:
         self._pending = b""
 
     @classmethod
-    def open(cls, port: str, baud: int = 115200, **kwargs: object) -> RawRepl:
-        return cls(open_transport(port, baud), **kwargs)  # type: ignore[arg-type]
+    def open(cls, port: str, baud: int = 115200, chunk_size: int = 32, pause: float = 0.01,
+             raw_paste: bool | None = None) -> RawRepl:
+        """Session on a serial device path, a pty, or a pyserial URL."""
+        return cls(open_transport(port, baud), chunk_size, pause, raw_paste)
 
     def __enter__(self) -> RawRepl:
         return self
@@ -220,6 +225,7 @@ class RawRepl:
         deadline = time.monotonic() + timeout
         buf = self._pending
         self._pending = b""
+        polled = False
         while True:
             i = buf.find(marker)
             if i >= 0:
@@ -227,10 +233,11 @@ class RawRepl:
                 self._pending = buf[end:]
                 return buf[:end]
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 and polled:
                 self._in_raw = False
                 raise ReplTimeout(what or repr(marker), timeout, buf)
-            buf += self.transport.read_some(min(left, 0.2))
+            buf += self.transport.read_some(min(max(left, 0.0), 0.2))
+            polled = True
 
     def _drain(self, quiet: float = 0.1, limit: float = 2.0) -> bytes:
         """Discard input until the line has been quiet for ``quiet`` seconds."""
@@ -264,16 +271,15 @@ class RawRepl:
         time.sleep(0.05)
         self._drain(quiet=0.05, limit=1.0)
         deadline = time.monotonic() + timeout
-        seen = b""
         while True:
             self.transport.write(b"\r" + CTRL_A)
             try:
-                seen = self._read_until(RAW_BANNER, min(0.5, max(deadline - time.monotonic(), 0.05)))
+                self._read_until(RAW_BANNER, min(0.5, max(_left(deadline), 0.05)))
                 break
             except ReplTimeout as e:
-                seen = e.received
                 if time.monotonic() >= deadline:
-                    raise ReplTimeout("the raw REPL banner %r" % RAW_BANNER, timeout, seen) from None
+                    raise ReplTimeout("the raw REPL banner %r" % RAW_BANNER, timeout,
+                                      e.received) from None
                 self.transport.write(CTRL_C)
         self._drain(quiet=0.1)
         self._in_raw = True
@@ -387,7 +393,6 @@ class RawRepl:
 
     def eval(self, expr: str, timeout: float = 10.0) -> object:
         """Value of a Python literal expression evaluated on the device."""
-        import ast
         return ast.literal_eval(self.exec("print(repr(%s))" % expr, timeout).strip())
 
     # -- files ------------------------------------------------------------------------
@@ -400,6 +405,22 @@ class RawRepl:
             raise ReplError("bad checksum reply for %s: %r" % (name, out))
         return int(parts[0]), int(parts[1]), int(parts[2])
 
+    def listdir(self, path: str = "") -> list[str]:
+        """Names in ``path`` (the micro:bit's ``os.listdir`` takes no argument)."""
+        arg = repr(path) if path else ""
+        names = self.eval("__import__('os').listdir(%s)" % arg)
+        if not isinstance(names, list):
+            raise ReplError("listdir returned %r" % (names,))
+        return names
+
+    def mkdir(self, path: str) -> None:
+        """Create a folder; an existing one is fine (errno 17, EEXIST)."""
+        self.exec("import os\ntry:\n os.mkdir(%r)\nexcept OSError as e:\n"
+                  " if e.args[0]!=17:raise" % path)
+
+    def remove(self, name: str) -> None:
+        self.exec("import os\nos.remove(%r)" % name)
+
     def write_file(self, name: str, data: bytes, *, literal_size: int = 48,
                    exec_size: int = 320, retries: int = 3, timeout: float = 20.0) -> None:
         """Write ``data`` to device file ``name`` and verify it by size and Adler-32.
@@ -407,9 +428,9 @@ class RawRepl:
         The content travels as ``w(b'...')`` lines of at most ``literal_size`` source
         bytes each, grouped into raw-REPL executions of about ``exec_size`` bytes so
         the board never has to hold or compile a big block (the micro:bit has ~9 KB).
-        A SyntaxError (a lost byte in the code), a timeout or a checksum mismatch
-        rewrites the whole file, up to ``retries`` times; any other device error
-        (full file system, MemoryError) is raised at once.
+        A lost byte shows up as a device error (SyntaxError, NameError...), a
+        timeout or a checksum mismatch; each rewrites the whole file, up to
+        ``retries`` times. An OSError (file system full) is raised at once.
         """
         want = adler32_parts(data)
         last: Exception | None = None
@@ -418,11 +439,10 @@ class RawRepl:
                 self._write_once(name, data, literal_size, exec_size, timeout)
                 got = self.file_checksum(name, timeout)
             except RawReplError as e:
-                if "SyntaxError" not in e.exception_line:
-                    self._close_device_file()
+                self._close_device_file()
+                if e.exception_line.startswith("OSError"):
                     raise
                 last = e
-                self._close_device_file()
                 continue
             except ReplTimeout as e:
                 last = e
