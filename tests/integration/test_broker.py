@@ -75,8 +75,14 @@ def _wait_for(pred, timeout=10.0):
 def test_device_publishes_only_under_its_own_topic(broker):
     analyst = Peer(broker, "analyst")
     analyst.subscribe(topics.READINGS_ALL)
+    spoofer = Peer(broker, "d7", client_id="t-d7-spoof")
+    info = spoofer.c.publish(topics.READINGS % "d8", b"spoofed", qos=1)
+    try:
+        info.wait_for_publish(5)
+    except RuntimeError:
+        pass        # Mosquitto 2.0 drops the connection of a client that publishes where it may not
+    spoofer.close()
     d7 = Peer(broker, "d7")
-    d7.c.publish(topics.READINGS % "d8", b"spoofed", qos=1).wait_for_publish(5)
     d7.c.publish(topics.READINGS % "d7", b"own", qos=1).wait_for_publish(5)
     assert _wait_for(lambda: len(analyst.got) >= 1)
     time.sleep(0.3)
