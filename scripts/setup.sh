@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBS=(mosquitto mosquitto-clients qemu-system-arm firmware-microbit-micropython)
+DEBS=(mosquitto mosquitto-clients qemu-system-arm firmware-microbit-micropython postgresql)
 
 missing=()
 for p in "${DEBS[@]}"; do

@@ -1,0 +1,259 @@
+"""Storage interface: what the analyst and the correction server keep, and the rules every backend obeys.
+
+The analyst's store holds perturbed readings, keyed by ``(device_id, boot_id, seq)``; the
+correction server's store holds ``(token, d_diff)`` pairs and nothing that names a device.
+They are separate databases: the analyst and the correction server never share storage.
+
+Rules shared by every backend:
+
+* ``add_batch`` is one transaction: the readings (or corrections) and the dead letters of a
+  batch are all committed, or none is. It returns only after the commit, so an ingest service
+  may acknowledge the batch's messages as soon as it returns.
+* A message stored again (a QoS 1 re-delivery, a device's retransmission) is ignored. A message
+  with a stored key but different content is never dropped silently: it becomes a dead letter
+  with reason ``CONFLICTING_DUPLICATE`` and its canonical wire bytes, in the same transaction.
+  Content means the wire fields (token, config_id, values; d_diff for corrections); the topic
+  and the arrival time are envelope, not content.
+* Dead letters are stored once per ``(topic, reason, payload)``, so a re-delivered batch does not
+  add them twice. ``dead_letters()`` lists the most recent first.
+* Row ids of readings grow in commit order (PostgreSQL may skip numbers): ``readings_after``
+  and ``window`` walk the readings in the order they arrived, and a reader that remembers the
+  last row id it saw misses none.
+* Errors of the database become ``StorageError``; invalid arguments raise ``ValueError``.
+"""
+from __future__ import annotations
+
+import hashlib
+import struct
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, NamedTuple, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from shared_protocol import wire
+
+CONFLICTING_DUPLICATE = "conflicting duplicate"
+
+
+class StorageError(Exception):
+    """A database could not be opened, read or written; the text says which and why."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One decoded reading record, with the topic it came on and when it was received."""
+
+    device_id: int
+    boot_id: int
+    seq: int
+    token: bytes
+    config_id: int
+    values: tuple[int, ...]
+    topic: str
+    received_at: float
+
+    def __post_init__(self) -> None:
+        if len(self.token) != wire.TOKEN_SIZE:
+            raise ValueError("token must be %d bytes, got %d" % (wire.TOKEN_SIZE, len(self.token)))
+        if not self.values:
+            raise ValueError("a reading needs at least one value")
+
+
+@dataclass(frozen=True)
+class Correction:
+    """One decoded correction record: the record token and its distance difference."""
+
+    token: bytes
+    d_diff: int
+    received_at: float
+
+    def __post_init__(self) -> None:
+        if len(self.token) != wire.TOKEN_SIZE:
+            raise ValueError("token must be %d bytes, got %d" % (wire.TOKEN_SIZE, len(self.token)))
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A message that was not stored as data: its raw payload, its topic and the reason."""
+
+    topic: str
+    payload: bytes
+    reason: str
+    received_at: float
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Sequence accounting for one boot of one device: ``missing = last - first + 1 - received``."""
+
+    device_id: int
+    boot_id: int
+    first_seq: int
+    last_seq: int
+    received: int
+    missing: int
+
+
+class Window(NamedTuple):
+    """Consecutive readings in arrival order, as arrays for detection."""
+
+    row_ids: list[int]
+    tokens: list[bytes]
+    values: npt.NDArray[np.int64]    # shape (n, m): one row per reading, one column per value
+
+
+class AnalystStore(ABC):
+    """Perturbed readings, dead letters, detection progress (``meta``) and detection results."""
+
+    @abstractmethod
+    def add_batch(self, readings: list[Reading], dead: list[DeadLetter]) -> int:
+        """Store a batch in one transaction; return how many readings were new."""
+
+    @abstractmethod
+    def count(self) -> int:
+        """Number of stored readings."""
+
+    @abstractmethod
+    def readings_after(self, row_id: int, limit: int) -> list[tuple[int, Reading]]:
+        """Up to ``limit`` readings with a row id greater than ``row_id``, in arrival order."""
+
+    @abstractmethod
+    def window(self, start_row_id: int, size: int) -> Window:
+        """Up to ``size`` readings from row id ``start_row_id`` on (inclusive), in arrival order.
+
+        Raises ``ValueError`` when the readings do not all have the same number of values.
+        """
+
+    @abstractmethod
+    def gaps(self) -> list[Gap]:
+        """Sequence accounting per ``(device_id, boot_id)``, ordered by device then boot."""
+
+    @abstractmethod
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """Up to ``limit`` dead letters, the most recent first."""
+
+    @abstractmethod
+    def dead_letter_count(self) -> int:
+        """Number of stored dead letters."""
+
+    @abstractmethod
+    def get_meta(self, key: str) -> str | None:
+        """The value stored under ``key``, or None."""
+
+    @abstractmethod
+    def set_meta(self, key: str, value: str) -> None:
+        """Store ``value`` under ``key``, replacing any previous value (committed on return)."""
+
+    @abstractmethod
+    def save_window_result(self, window_id: int, payload: dict[str, Any]) -> None:
+        """Store the JSON-serialisable outcome of a detection window, replacing an earlier one."""
+
+    @abstractmethod
+    def window_results(self) -> list[tuple[int, dict[str, Any]]]:
+        """All stored detection outcomes as ``(window_id, payload)``, by window id."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close the connection; further calls fail. Closing twice is harmless."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+class CorrectionStore(ABC):
+    """Record tokens and distance differences, plus dead letters; no device identity at all."""
+
+    @abstractmethod
+    def add_batch(self, corrections: list[Correction], dead: list[DeadLetter]) -> int:
+        """Store a batch in one transaction; return how many corrections were new."""
+
+    @abstractmethod
+    def lookup(self, tokens: list[bytes]) -> dict[bytes, int]:
+        """``token -> d_diff`` for the given tokens that are stored; unknown tokens are absent."""
+
+    @abstractmethod
+    def count(self) -> int:
+        """Number of stored corrections."""
+
+    @abstractmethod
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """Up to ``limit`` dead letters, the most recent first."""
+
+    @abstractmethod
+    def dead_letter_count(self) -> int:
+        """Number of stored dead letters."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close the connection; further calls fail. Closing twice is harmless."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def check_limit(name: str, value: int) -> int:
+    """A row count argument (``limit``, ``size``): an int >= 0."""
+    if not isinstance(value, int) or value < 0:
+        raise ValueError("%s must be an int >= 0, got %r" % (name, value))
+    return value
+
+
+def pack_values(values: tuple[int, ...]) -> bytes:
+    """Values as stored: little-endian int32, the wire layout."""
+    try:
+        return struct.pack("<%di" % len(values), *values)
+    except struct.error as err:
+        raise ValueError("reading values must be int32: %r" % (values,)) from err
+
+
+def values_matrix(blobs: list[bytes]) -> npt.NDArray[np.int64]:
+    """Stack packed value blobs into an ``(n, m)`` int64 array; all must have ``m`` values."""
+    if not blobs:
+        return np.zeros((0, 0), dtype=np.int64)
+    width = len(blobs[0])
+    if any(len(b) != width for b in blobs):
+        widths = sorted({len(b) // 4 for b in blobs})
+        raise ValueError("window mixes readings with %s values" % " and ".join(map(str, widths)))
+    flat = np.frombuffer(b"".join(blobs), dtype="<i4")
+    return flat.reshape(len(blobs), width // 4).astype(np.int64)
+
+
+def unpack_values(blob: bytes) -> tuple[int, ...]:
+    return struct.unpack("<%di" % (len(blob) // 4), blob)
+
+
+def dead_letter_digest(letter: DeadLetter) -> bytes:
+    """The key that makes a dead letter unique: SHA-256 over topic, reason and payload."""
+    h = hashlib.sha256()
+    for part in (letter.topic.encode(), letter.reason.encode()):
+        h.update(struct.pack("<I", len(part)))
+        h.update(part)
+    h.update(letter.payload)
+    return h.digest()
+
+
+def reading_conflict(reading: Reading) -> DeadLetter:
+    """The dead letter for a reading whose key is stored with different content."""
+    payload = wire.encode_reading(reading.device_id, reading.boot_id, reading.seq, reading.token,
+                                  reading.config_id, list(reading.values))
+    return DeadLetter(reading.topic, payload, CONFLICTING_DUPLICATE, reading.received_at)
+
+
+def correction_conflict(correction: Correction) -> DeadLetter:
+    """The dead letter for a correction whose token is stored with a different d_diff.
+
+    A ``Correction`` carries no topic, so the dead letter's topic is empty.
+    """
+    payload = wire.encode_correction(correction.token, correction.d_diff)
+    return DeadLetter("", payload, CONFLICTING_DUPLICATE, correction.received_at)

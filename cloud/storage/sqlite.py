@@ -1,0 +1,313 @@
+"""SQLite backend (the default): one file per store, WAL journal, every commit synced to disk.
+
+    with SqliteAnalystStore("/var/lib/dpsense/analyst.db") as store:
+        new = store.add_batch(readings, dead_letters)    # committed when it returns
+
+A store object owns one ``sqlite3`` connection and must only be used from the thread that
+created it: ``sqlite3`` checks this (``check_same_thread``) and the call fails with a
+``StorageError``. Give each thread or process its own store object. Several processes may open
+the same file: in WAL mode readers never block the one writer, and a writer waits up to
+``BUSY_TIMEOUT_MS`` for the write lock instead of failing at once.
+
+The schema is created when the file is new. ``PRAGMA application_id`` says which kind of store
+a file holds and ``PRAGMA user_version`` its schema version; opening a file of the other kind,
+of a newer version or not made by dpsense is an error.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from .repository import (
+    AnalystStore,
+    Correction,
+    CorrectionStore,
+    DeadLetter,
+    Gap,
+    Reading,
+    StorageError,
+    Window,
+    check_limit,
+    correction_conflict,
+    dead_letter_digest,
+    pack_values,
+    reading_conflict,
+    unpack_values,
+    values_matrix,
+)
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 10_000
+_APPLICATION_IDS = {"analyst": 0x64707341, "correction": 0x64707343}    # "dpsA", "dpsC"
+_KEYS_PER_QUERY = 500    # tokens per IN list, well below SQLite's 32766-parameter limit
+
+_DEAD_LETTERS_SQL = (
+    """CREATE TABLE dead_letters (
+        id          INTEGER PRIMARY KEY,
+        topic       TEXT NOT NULL,
+        payload     BLOB NOT NULL,
+        reason      TEXT NOT NULL,
+        received_at REAL NOT NULL,
+        digest      BLOB NOT NULL UNIQUE      -- SHA-256 of (topic, reason, payload)
+    )""",
+)
+
+_ANALYST_SQL = (
+    # row_id is assigned in commit order (SQLite has one writer at a time): arrival order.
+    """CREATE TABLE readings (
+        row_id      INTEGER PRIMARY KEY,
+        device_id   INTEGER NOT NULL,
+        boot_id     INTEGER NOT NULL,
+        seq         INTEGER NOT NULL,
+        token       BLOB NOT NULL,
+        config_id   INTEGER NOT NULL,
+        vals        BLOB NOT NULL,            -- the values, little-endian int32 as on the wire
+        topic       TEXT NOT NULL,
+        received_at REAL NOT NULL,
+        UNIQUE (device_id, boot_id, seq)
+    )""",
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE results (window_id INTEGER PRIMARY KEY, payload TEXT NOT NULL)",
+) + _DEAD_LETTERS_SQL
+
+_CORRECTION_SQL = (
+    """CREATE TABLE corrections (
+        row_id      INTEGER PRIMARY KEY,
+        token       BLOB NOT NULL UNIQUE,
+        d_diff      INTEGER NOT NULL,
+        received_at REAL NOT NULL
+    )""",
+) + _DEAD_LETTERS_SQL
+
+
+class _SqliteDatabase:
+    """One connection to one store file, with the pragmas, schema and transactions all stores share."""
+
+    _kind: str
+    _schema: tuple[str, ...]
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            # isolation_level=None: no implicit transactions; _write() issues BEGIN/COMMIT itself.
+            self._conn = sqlite3.connect(path, isolation_level=None)
+        except sqlite3.Error as err:
+            raise StorageError("cannot open SQLite database %s: %s" % (path, err)) from err
+        try:
+            self._configure()
+            self._ensure_schema()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _configure(self) -> None:
+        with self._translate("configure"):
+            self._conn.execute("PRAGMA busy_timeout = %d" % BUSY_TIMEOUT_MS)
+            mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode not in ("wal", "memory"):
+                raise StorageError("%s: cannot switch to WAL mode (journal_mode is %s)" % (self.path, mode))
+            # A commit returns only after SQLite has written the transaction to the WAL file, at
+            # any synchronous level; a process killed with SIGKILL loses nothing it committed,
+            # because the written pages are in the OS page cache. FULL also fsyncs the WAL on
+            # every commit, so a committed batch survives a power cut or kernel crash too. The
+            # ingest service acknowledges a batch right after add_batch() returns and the broker
+            # then forgets those messages, so a commit must mean "on disk" (NORMAL only syncs
+            # the WAL at checkpoints and may lose the last commits on power loss).
+            self._conn.execute("PRAGMA synchronous = FULL")
+
+    def _ensure_schema(self) -> None:
+        if self._header() == (0, 0):
+            with self._write("create the schema") as cur:
+                if self._header() == (0, 0):    # still new now that we hold the write lock
+                    if cur.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                        raise StorageError("%s is an SQLite database not made by dpsense" % self.path)
+                    for statement in self._schema:
+                        cur.execute(statement)
+                    cur.execute("PRAGMA application_id = %d" % _APPLICATION_IDS[self._kind])
+                    cur.execute("PRAGMA user_version = %d" % SCHEMA_VERSION)
+        found_id, version = self._header()
+        if found_id != _APPLICATION_IDS[self._kind]:
+            kinds = {v: k for k, v in _APPLICATION_IDS.items()}
+            what = "a dpsense %s store" % kinds[found_id] if found_id in kinds else "not a dpsense store"
+            raise StorageError("%s is %s, not a %s store" % (self.path, what, self._kind))
+        if version != SCHEMA_VERSION:
+            raise StorageError("%s has schema version %d; this dpsense reads version %d"
+                               % (self.path, version, SCHEMA_VERSION))
+
+    def _header(self) -> tuple[int, int]:
+        """``(application_id, user_version)`` from the database header."""
+        with self._translate("read the schema version"):
+            app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        return app_id, version
+
+    @contextmanager
+    def _translate(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as err:
+            raise StorageError("cannot %s in %s: %s" % (action, self.path, err)) from err
+
+    @contextmanager
+    def _write(self, action: str) -> Iterator[sqlite3.Cursor]:
+        """A write transaction: committed (and synced) on normal exit, rolled back otherwise."""
+        with self._translate(action):
+            cur = self._conn.cursor()
+            # IMMEDIATE takes the write lock now, so a busy database is waited for here,
+            # never half-way through the batch.
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+                cur.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.rollback()
+                raise
+
+    def _scalar(self, sql: str, action: str) -> int:
+        with self._translate(action):
+            value: int = self._conn.execute(sql).fetchone()[0]
+        return value
+
+    def _insert_dead(self, cur: sqlite3.Cursor, dead: Sequence[DeadLetter]) -> None:
+        if dead:
+            cur.executemany(
+                "INSERT INTO dead_letters (topic, payload, reason, received_at, digest)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
+                [(d.topic, bytes(d.payload), d.reason, d.received_at, dead_letter_digest(d)) for d in dead])
+
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        with self._translate("read dead letters"):
+            rows = self._conn.execute(
+                "SELECT topic, payload, reason, received_at FROM dead_letters ORDER BY id DESC LIMIT ?",
+                (check_limit("limit", limit),)).fetchall()
+        return [DeadLetter(topic, payload, reason, received_at) for topic, payload, reason, received_at in rows]
+
+    def dead_letter_count(self) -> int:
+        return self._scalar("SELECT count(*) FROM dead_letters", "count dead letters")
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
+    """The analyst's readings in an SQLite file (``:memory:`` for a private in-memory store)."""
+
+    _kind = "analyst"
+    _schema = _ANALYST_SQL
+
+    def add_batch(self, readings: list[Reading], dead: list[DeadLetter]) -> int:
+        rows = [(r.device_id, r.boot_id, r.seq, r.token, r.config_id, pack_values(r.values), r.topic,
+                 r.received_at) for r in readings]
+        with self._write("store a batch of readings") as cur:
+            added = 0
+            if rows:
+                cur.executemany(
+                    "INSERT INTO readings (device_id, boot_id, seq, token, config_id, vals, topic,"
+                    " received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (device_id, boot_id, seq) DO NOTHING", rows)
+                added = cur.rowcount
+            conflicts = self._conflicts(cur, readings, rows) if added < len(rows) else []
+            self._insert_dead(cur, list(dead) + conflicts)
+        return added
+
+    @staticmethod
+    def _conflicts(cur: sqlite3.Cursor, readings: list[Reading], rows: list[tuple[Any, ...]]) -> list[DeadLetter]:
+        """Dead letters for the readings whose key is stored with other content."""
+        stored: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        for key in dict.fromkeys(row[:3] for row in rows):
+            # One indexed lookup per key: SQLite plans a row-value IN list as a full index scan.
+            stored[key] = cur.execute(
+                "SELECT token, config_id, vals FROM readings WHERE device_id = ? AND boot_id = ? AND seq = ?",
+                key).fetchone()
+        return [reading_conflict(r) for r, row in zip(readings, rows) if stored[row[:3]] != row[3:6]]
+
+    def count(self) -> int:
+        return self._scalar("SELECT count(*) FROM readings", "count readings")
+
+    def readings_after(self, row_id: int, limit: int) -> list[tuple[int, Reading]]:
+        with self._translate("read readings"):
+            rows = self._conn.execute(
+                "SELECT row_id, device_id, boot_id, seq, token, config_id, vals, topic, received_at"
+                " FROM readings WHERE row_id > ? ORDER BY row_id LIMIT ?",
+                (row_id, check_limit("limit", limit))).fetchall()
+        return [(rid, Reading(device_id, boot_id, seq, token, config_id, unpack_values(vals), topic, received_at))
+                for rid, device_id, boot_id, seq, token, config_id, vals, topic, received_at in rows]
+
+    def window(self, start_row_id: int, size: int) -> Window:
+        with self._translate("read a window"):
+            rows = self._conn.execute(
+                "SELECT row_id, token, vals FROM readings WHERE row_id >= ? ORDER BY row_id LIMIT ?",
+                (start_row_id, check_limit("size", size))).fetchall()
+        return Window([r[0] for r in rows], [r[1] for r in rows], values_matrix([r[2] for r in rows]))
+
+    def gaps(self) -> list[Gap]:
+        with self._translate("account for sequence gaps"):
+            rows = self._conn.execute(
+                "SELECT device_id, boot_id, min(seq), max(seq), count(*) FROM readings"
+                " GROUP BY device_id, boot_id ORDER BY device_id, boot_id").fetchall()
+        return [Gap(device, boot, first, last, n, last - first + 1 - n) for device, boot, first, last, n in rows]
+
+    def get_meta(self, key: str) -> str | None:
+        with self._translate("read meta %r" % key):
+            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._write("write meta %r" % key) as cur:
+            cur.execute("INSERT INTO meta (key, value) VALUES (?, ?)"
+                        " ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
+
+    def save_window_result(self, window_id: int, payload: dict[str, Any]) -> None:
+        text = json.dumps(payload, allow_nan=False)
+        with self._write("save the result of window %d" % window_id) as cur:
+            cur.execute("INSERT INTO results (window_id, payload) VALUES (?, ?)"
+                        " ON CONFLICT (window_id) DO UPDATE SET payload = excluded.payload", (window_id, text))
+
+    def window_results(self) -> list[tuple[int, dict[str, Any]]]:
+        with self._translate("read window results"):
+            rows = self._conn.execute("SELECT window_id, payload FROM results ORDER BY window_id").fetchall()
+        return [(window_id, json.loads(text)) for window_id, text in rows]
+
+
+class SqliteCorrectionStore(_SqliteDatabase, CorrectionStore):
+    """The correction server's ``(token, d_diff)`` pairs in an SQLite file."""
+
+    _kind = "correction"
+    _schema = _CORRECTION_SQL
+
+    def add_batch(self, corrections: list[Correction], dead: list[DeadLetter]) -> int:
+        rows = [(c.token, c.d_diff, c.received_at) for c in corrections]
+        with self._write("store a batch of corrections") as cur:
+            added = 0
+            if rows:
+                cur.executemany("INSERT INTO corrections (token, d_diff, received_at) VALUES (?, ?, ?)"
+                                " ON CONFLICT (token) DO NOTHING", rows)
+                added = cur.rowcount
+            conflicts: list[DeadLetter] = []
+            if added < len(rows):
+                stored = self._lookup(cur, [c.token for c in corrections])
+                conflicts = [correction_conflict(c) for c in corrections if stored[c.token] != c.d_diff]
+            self._insert_dead(cur, list(dead) + conflicts)
+        return added
+
+    def lookup(self, tokens: list[bytes]) -> dict[bytes, int]:
+        with self._translate("look up tokens"):
+            return self._lookup(self._conn.cursor(), tokens)
+
+    @staticmethod
+    def _lookup(cur: sqlite3.Cursor, tokens: list[bytes]) -> dict[bytes, int]:
+        unique = list(dict.fromkeys(bytes(t) for t in tokens))
+        found: dict[bytes, int] = {}
+        for i in range(0, len(unique), _KEYS_PER_QUERY):
+            chunk = unique[i:i + _KEYS_PER_QUERY]
+            cur.execute("SELECT token, d_diff FROM corrections WHERE token IN (%s)" % ", ".join("?" * len(chunk)),
+                        chunk)
+            found.update(cur.fetchall())
+        return found
+
+    def count(self) -> int:
+        return self._scalar("SELECT count(*) FROM corrections", "count corrections")
