@@ -1,0 +1,1 @@
+"""Ingest: MQTT (and serial, through the gateway) -> wire.decode -> storage, acknowledged after commit."""

@@ -1,0 +1,46 @@
+"""Turn one (topic, payload) into a record to store or a dead letter with its reason.
+
+Pure functions: no I/O, never raise. The analyst accepts only reading records on a
+device's own readings topic; the correction server accepts only correction records.
+"""
+from __future__ import annotations
+
+from cloud import topics
+from cloud.storage.repository import Correction, DeadLetter, Reading
+from shared_protocol import wire
+from shared_protocol.wire import ProtocolError
+
+
+def classify_reading(topic: str, payload: bytes, received_at: float) -> Reading | DeadLetter:
+    try:
+        device = topics.device_of_reading_topic(topic)
+        if device is None:
+            return DeadLetter(topic, payload, "not a device readings topic", received_at)
+        kind, fields = wire.decode(payload)
+        if kind != wire.KIND_READING:
+            return DeadLetter(topic, payload, "kind %d message on a readings topic" % kind, received_at)
+        device_id, boot_id, seq, token, config_id, values = fields
+        if device_id != device:
+            return DeadLetter(topic, payload, "device_id %d does not match topic user d%d"
+                              % (device_id, device), received_at)
+        return Reading(device_id, boot_id, seq, token, config_id, values, topic, received_at)
+    except ProtocolError as e:
+        return DeadLetter(topic, payload, "malformed: %s" % e, received_at)
+    except Exception as e:  # the service must outlive any payload
+        return DeadLetter(topic, payload, "unexpected %s: %s" % (type(e).__name__, e), received_at)
+
+
+def classify_correction(topic: str, payload: bytes, received_at: float) -> Correction | DeadLetter:
+    try:
+        if topic != topics.CORRECTIONS:
+            return DeadLetter(topic, payload, "not the corrections topic", received_at)
+        kind, fields = wire.decode(payload)
+        if kind != wire.KIND_CORRECTION:
+            return DeadLetter(topic, payload, "kind %d message on the corrections topic" % kind,
+                              received_at)
+        token, d_diff = fields
+        return Correction(token, d_diff, received_at)
+    except ProtocolError as e:
+        return DeadLetter(topic, payload, "malformed: %s" % e, received_at)
+    except Exception as e:
+        return DeadLetter(topic, payload, "unexpected %s: %s" % (type(e).__name__, e), received_at)

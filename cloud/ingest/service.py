@@ -1,0 +1,201 @@
+"""The MQTT ingest loop: QoS 1, persistent session, acknowledgement only after commit.
+
+    svc = IngestService.for_analyst(conn, store)     # or .for_correction(conn, store)
+    svc.run(stop_event)
+
+paho-mqtt's network thread only queues messages. This loop takes up to ``batch_size``
+of them (or what arrived within ``batch_wait`` seconds), classifies each one, commits
+records and dead letters in one transaction, and only then sends the PUBACKs. A crash
+before the commit leaves the messages unacknowledged, so the broker redelivers them
+to the same persistent session; storage is idempotent on (device, boot, seq) or token,
+so a redelivery after a crash between commit and acknowledgement stores nothing twice.
+
+PUBACKs carry per-connection packet ids: after a reconnect, messages received on the
+old connection are not acknowledged (the broker redelivers them; storing is idempotent).
+"""
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+
+from cloud import topics
+from cloud.ingest.classify import classify_correction, classify_reading
+from cloud.storage.repository import DeadLetter
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How a service reaches the broker."""
+
+    host: str
+    port: int
+    username: str
+    password: str
+    client_id: str
+    keepalive: int = 30
+
+
+@dataclass
+class IngestStats:
+    received: int = 0
+    stored: int = 0
+    duplicates: int = 0
+    dead: int = 0
+    batches: int = 0
+    reconnects: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class _Msg:
+    topic: str
+    payload: bytes
+    mid: int
+    qos: int
+    gen: int
+    received_at: float
+
+
+class IngestService:
+    """Subscribe to one topic filter and store what arrives; see the module docstring."""
+
+    def __init__(self, conn: Connection, topic_filter: str, classify: Callable[[str, bytes, float], Any],
+                 store: Any, batch_size: int = 500, batch_wait: float = 0.05,
+                 log: Callable[[str], None] | None = None, progress_every: float = 5.0) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self.conn = conn
+        self.topic_filter = topic_filter
+        self.classify = classify
+        self.store = store
+        self.batch_size = batch_size
+        self.batch_wait = batch_wait
+        self.stats = IngestStats()
+        self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+        self.progress_every = progress_every
+        self._q: queue.Queue[_Msg] = queue.Queue()
+        self._gen = 0
+        self._connected = threading.Event()
+        self._client = self._make_client()
+
+    @classmethod
+    def for_analyst(cls, conn: Connection, store: Any, **kw: Any) -> "IngestService":
+        return cls(conn, topics.READINGS_ALL, classify_reading, store, **kw)
+
+    @classmethod
+    def for_correction(cls, conn: Connection, store: Any, **kw: Any) -> "IngestService":
+        return cls(conn, topics.CORRECTIONS, classify_correction, store, **kw)
+
+    # -- paho callbacks (network thread) ------------------------------------------------
+    def _make_client(self) -> mqtt.Client:
+        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self.conn.client_id,
+                        clean_session=False, protocol=mqtt.MQTTv311, manual_ack=True)
+        c.username_pw_set(self.conn.username, self.conn.password)
+        c.max_inflight_messages_set(1000)
+        c.reconnect_delay_set(0.2, 5)
+        c.on_connect = self._on_connect
+        c.on_disconnect = self._on_disconnect
+        c.on_message = self._on_message
+        return c
+
+    def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        if reason.is_failure:
+            self.log("ingest: broker refused connection: %s" % reason)
+            return
+        self._gen += 1
+        if self._gen > 1:
+            self.stats.reconnects += 1
+        client.subscribe(self.topic_filter, qos=1)
+        self._connected.set()
+
+    def _on_disconnect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        self._connected.clear()
+
+    def _on_message(self, client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
+        self._q.put(_Msg(msg.topic, bytes(msg.payload), msg.mid, msg.qos, self._gen, time.time()))
+
+    # -- main loop ------------------------------------------------------------------------
+    def start(self, timeout: float = 10.0) -> None:
+        self._client.connect(self.conn.host, self.conn.port, keepalive=self.conn.keepalive)
+        self._client.loop_start()
+        if not self._connected.wait(timeout):
+            self._client.loop_stop()
+            raise ConnectionError("ingest: no connection to %s:%d within %.0f s"
+                                  % (self.conn.host, self.conn.port, timeout))
+
+    def _take_batch(self) -> list[_Msg]:
+        try:
+            first = self._q.get(timeout=0.2)
+        except queue.Empty:
+            return []
+        batch = [first]
+        deadline = time.monotonic() + self.batch_wait
+        while len(batch) < self.batch_size:
+            left = deadline - time.monotonic()
+            try:
+                batch.append(self._q.get(timeout=max(0.0, left)) if left > 0 else self._q.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def process(self, batch: list[_Msg]) -> None:
+        records, dead = [], []
+        for m in batch:
+            r = self.classify(m.topic, m.payload, m.received_at)
+            (dead if isinstance(r, DeadLetter) else records).append(r)
+        delay = 0.1
+        while True:
+            try:
+                inserted = self.store.add_batch(records, dead)
+                break
+            except Exception as e:  # storage hiccup: keep the batch, do not ack, retry
+                self.log("ingest: commit failed (%s: %s); retrying in %.1f s" % (type(e).__name__, e, delay))
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        s = self.stats
+        s.received += len(batch)
+        s.stored += inserted
+        s.duplicates += len(records) - inserted
+        s.dead += len(dead)
+        s.batches += 1
+        gen = self._gen
+        for m in batch:
+            if m.qos > 0 and m.gen == gen:
+                self._client.ack(m.mid, m.qos)
+
+    def run(self, stop: threading.Event, idle_exit: float | None = None) -> IngestStats:
+        """Process until ``stop`` is set (or nothing arrived for ``idle_exit`` seconds)."""
+        self.start()
+        last_progress = last_msg = time.monotonic()
+        try:
+            while not stop.is_set():
+                batch = self._take_batch()
+                now = time.monotonic()
+                if batch:
+                    self.process(batch)
+                    last_msg = now
+                elif idle_exit is not None and now - last_msg > idle_exit:
+                    break
+                if now - last_progress >= self.progress_every:
+                    self._progress()
+                    last_progress = now
+            while not self._q.empty():
+                self.process(self._take_batch())
+        finally:
+            self._client.disconnect()
+            self._client.loop_stop()
+        self._progress()
+        return self.stats
+
+    def _progress(self) -> None:
+        s = self.stats
+        rate = s.received / max(1e-9, time.monotonic() - s.started)
+        self.log("ingest %s: %d received, %d stored, %d duplicates, %d dead letters (%.0f msg/s)"
+                 % (self.topic_filter, s.received, s.stored, s.duplicates, s.dead, rate))
