@@ -87,12 +87,17 @@ def test_kill_9_mid_stream_then_restart_stores_every_reading_exactly_once(broker
         assert _wait(lambda: db.exists(), 15), db.with_suffix(".log").read_text()
         clients = {d: _device(broker, d) for d in devices}
 
+        infos: list[mqtt.MQTTMessageInfo] = []
+
         def publish_all() -> None:
             for seq in range(per_device):
                 for d in devices:
-                    clients[d].publish(topics.READINGS % topics.device_username(d), _reading(d, seq), qos=1)
+                    infos.append(clients[d].publish(topics.READINGS % topics.device_username(d),
+                                                    _reading(d, seq), qos=1))
                 if seq % 200 == 0:
                     time.sleep(0.01)
+            for info in infos:          # published = acknowledged by the broker
+                info.wait_for_publish(30)
 
         pub = threading.Thread(target=publish_all)
         pub.start()
@@ -102,6 +107,7 @@ def test_kill_9_mid_stream_then_restart_stores_every_reading_exactly_once(broker
         killed_at = _count(db)
         assert killed_at < total, "the kill came too late to test anything"
         pub.join()
+        assert all(i.is_published() for i in infos)
         for c in clients.values():
             c.loop_stop()
             c.disconnect()
