@@ -3,7 +3,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    import threading
+
+    from cloud.config import Settings
+    from cloud.ingest.service import Connection
 
 from cloud import __version__
 
@@ -263,10 +269,137 @@ def do_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _profile_default(args: argparse.Namespace, st: "Settings", name: str, fallback: float) -> float:
+    from cloud.simulate import load_profile
+    v = getattr(args, name)
+    if v is not None:
+        return float(v)
+    prof = load_profile(st.data_dir)
+    return float(getattr(prof, name)) if prof is not None else fallback
+
+
+def parser_analyst(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dbscan-eps", type=float, help="DBSCAN radius in data units (default: profile.json, else 12)")
+    p.add_argument("--dbscan-min-samples", type=int, help="DBSCAN min_samples (default: profile.json, else 60)")
+    p.add_argument("--quantum", type=float, help="units per quantum (default: profile.json, else 0.01)")
+    p.add_argument("--window", type=int, default=100_000, help="readings per detection window (default 100000)")
+    p.add_argument("--flush-idle", type=float,
+                   help="also process a partial window once nothing arrived for this many seconds")
+    p.add_argument("--exit-when-done", action="store_true",
+                   help="exit once every stored reading is in a processed window (needs --flush-idle)")
+    p.add_argument("--no-ingest", action="store_true", help="only detect; another process runs `dpsense ingest`")
+    add_common(p)
+
+
+def _ingest_thread(conn: "Connection", open_store: "Callable[[], object]", role: str,
+                   stop: "threading.Event") -> "threading.Thread":
+    import threading
+
+    from cloud.ingest.service import IngestService
+
+    def run() -> None:
+        with open_store() as store:  # type: ignore[attr-defined]
+            make = IngestService.for_analyst if role == "analyst" else IngestService.for_correction
+            make(conn, store).run(stop)
+
+    t = threading.Thread(target=run, name="ingest-" + role, daemon=True)
+    t.start()
+    return t
+
+
+def do_analyst(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from cloud.analyst import Analyst, AnalystParams
+    from cloud.broker import BrokerError
+    from cloud.storage import open_analyst_store
+    from cloud.storage.repository import StorageError
+    st = settings_from(args)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    try:
+        quantum = _profile_default(args, st, "quantum", 0.01)
+        params = AnalystParams(eps_q=_profile_default(args, st, "dbscan_eps", 12.0) / quantum,
+                               min_samples=int(_profile_default(args, st, "dbscan_min_samples", 60)),
+                               window=args.window)
+        opener = lambda: open_analyst_store(st.analyst_db)  # noqa: E731
+        ingest = None
+        if not args.no_ingest:
+            ingest = _ingest_thread(connection_for(st, "analyst", "dpsense-ingest-analyst"), opener,
+                                    "analyst", stop)
+        analyst = Analyst(connection_for(st, "analyst", "dpsense-analyst"), opener, params)
+        try:
+            analyst.run(stop, flush_when_idle=args.flush_idle, exit_when_done=args.exit_when_done)
+        except KeyboardInterrupt:
+            pass
+        stop.set()
+        if ingest is not None:
+            ingest.join(15)
+    except (BrokerError, StorageError, ConnectionError, OSError, ValueError) as e:
+        print("dpsense analyst: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
+def parser_correction(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--w-o", type=float, help="outlier-layer width in quanta (default: profile.json)")
+    p.add_argument("--split", choices=("otsu", "trimmed_gap", "gap"), default="otsu",
+                   help="FP/TP split rule (SPEC 1.5; default otsu)")
+    p.add_argument("--bound", choices=("R1", "R2", "R3"), default="R1", help="FN_L3 upper bound (default R1)")
+    p.add_argument("--no-guard", action="store_true", help="accept every split (paper-literal; not advised)")
+    p.add_argument("--no-ingest", action="store_true", help="only answer rounds; another process ingests")
+    add_common(p)
+
+
+def do_correction(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from cloud.broker import BrokerError
+    from cloud.correction.rules import CorrectionParams
+    from cloud.correction.server import CorrectionServer
+    from cloud.simulate import load_profile
+    from cloud.storage import open_correction_store
+    from cloud.storage.repository import StorageError
+    st = settings_from(args)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    try:
+        w_o = args.w_o
+        if w_o is None:
+            prof = load_profile(st.data_dir)
+            if prof is None:
+                raise ValueError("give --w-o (outlier-layer width in quanta) or run `dpsense simulate` "
+                                 "first, which writes profile.json")
+            w_o = prof.w_o_q
+        params = CorrectionParams(w_o=float(w_o), split=args.split, bound=args.bound, guard=not args.no_guard)
+        opener = lambda: open_correction_store(st.correction_db)  # noqa: E731
+        ingest = None
+        if not args.no_ingest:
+            ingest = _ingest_thread(connection_for(st, "correction", "dpsense-ingest-correction"), opener,
+                                    "correction", stop)
+        server = CorrectionServer(connection_for(st, "correction", "dpsense-correction"), params, opener)
+        try:
+            server.run(stop)
+        except KeyboardInterrupt:
+            pass
+        stop.set()
+        if ingest is not None:
+            ingest.join(15)
+    except (BrokerError, StorageError, ConnectionError, OSError, ValueError) as e:
+        print("dpsense correction-server: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {
     "demo": (do_demo, parser_demo, "perturb a synthetic fleet window with the board code and summarise"),
     "broker": (do_broker, parser_broker, "run Mosquitto for dpsense and manage its accounts"),
     "ingest": (do_ingest, parser_ingest, "store records from the broker (QoS 1, acknowledged after commit)"),
+    "analyst": (do_analyst, parser_analyst, "ingest readings and detect outliers per window, with correction rounds"),
+    "correction-server": (do_correction, parser_correction,
+                          "ingest correction records and answer correction rounds (sees no values)"),
     "status": (do_status, parser_status, "counts, sequence gaps and dead letters of both stores"),
     "simulate": (do_simulate, parser_simulate, "publish a data set as N virtual devices through the broker"),
     "experiment": (do_experiment, parser_experiment, "reproduce a paper's experiment (paper1: Fig. 3)"),

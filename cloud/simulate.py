@@ -41,6 +41,9 @@ class DeviceProfile:
     epsilon: str
     centre_q: tuple[int, ...]
     config_id: int = 1
+    w_o_q: float = 0.0
+    dbscan_eps: float = 12.0
+    dbscan_min_samples: int = 60
 
     def mechanism(self, rng: object) -> RecordMechanism:
         span = int(round(self.domain / self.quantum))
@@ -206,15 +209,33 @@ def load_data(args: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return d.x, d.outlier, ref.x
 
 
-def calibrate(reference: np.ndarray, epsilon: str, quantum: float) -> DeviceProfile:
-    """Device parameters from reference data (the curator's job; SPEC 1.3)."""
+def calibrate(reference: np.ndarray, epsilon: str, quantum: float, dbscan_eps: float = 12.0,
+              dbscan_min_samples: int = 60) -> DeviceProfile:
+    """Deployment parameters from reference (historical) data, never from the data released:
+    relaxed sensitivity per column (SPEC 1.3), centre, domain, and the outlier-layer width
+    w_O for the correction server (SPEC 1.6.2: spread of the detected outliers' radii)."""
     from cloud.datasets import relaxed_sensitivity
+    from cloud.outliers.dbscan import DBSCANOutliers
     rs = relaxed_sensitivity(reference)
     domain = float(np.max(np.abs(reference))) * 1.5 + 1.0
-    centre = np.rint(reference.mean(axis=0) / quantum).astype(int)
+    centre = reference.mean(axis=0)
+    out = DBSCANOutliers(dbscan_eps, dbscan_min_samples).fit(reference).outlier_mask_
+    radii = np.linalg.norm(reference[out] - centre, axis=1)
+    w_o = float(radii.max() - radii.min()) if radii.size > 1 else 0.0
     return DeviceProfile(quantum=quantum, domain=domain,
                          delta_q=tuple(max(1, int(round(r / quantum))) for r in rs),
-                         epsilon=epsilon, centre_q=tuple(int(c) for c in centre))
+                         epsilon=epsilon, centre_q=tuple(int(c) for c in np.rint(centre / quantum)),
+                         w_o_q=w_o / quantum, dbscan_eps=dbscan_eps, dbscan_min_samples=dbscan_min_samples)
+
+
+def load_profile(data_dir: Path | str) -> DeviceProfile | None:
+    p = Path(data_dir) / "profile.json"
+    if not p.exists():
+        return None
+    d = json.loads(p.read_text())
+    d["delta_q"] = tuple(d["delta_q"])
+    d["centre_q"] = tuple(d["centre_q"])
+    return DeviceProfile(**d)
 
 
 def run_simulation(settings: Settings, args: object) -> dict[str, float]:
@@ -236,6 +257,7 @@ def run_simulation(settings: Settings, args: object) -> dict[str, float]:
     enc = encode_fleet(x, profile, devices, seed, progress=log("perturbed"))
     t_enc = time.perf_counter() - t0
     save_ground_truth(Path(settings.data_dir) / "groundtruth.npz", enc, outlier, profile)
+    (Path(settings.data_dir) / "profile.json").write_text(profile.to_json())
     pub = FleetPublisher(settings, broker, devices)
     try:
         pub.connect()

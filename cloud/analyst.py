@@ -1,0 +1,179 @@
+"""The analyst's detection loop: windows of stored readings -> DBSCAN -> correction round.
+
+    analyst = Analyst(conn, lambda: open_analyst_store(url), AnalystParams(eps_q=1200, min_samples=60))
+    analyst.run(stop)
+
+Windows are consecutive runs of ``window`` readings in arrival order; progress is kept
+in the store's meta table, so a restarted analyst continues with the next window. The
+analyst sees only released values (quanta) and tokens; it learns d_TP, w_O, FP and FN
+from the correction server, never a distance difference.
+"""
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+
+from cloud import topics
+from cloud.correction import messages as msg
+from cloud.correction.rules import reduce_rows
+from cloud.ingest.service import Connection
+from cloud.outliers.dbscan import DBSCANOutliers
+
+
+@dataclass(frozen=True)
+class AnalystParams:
+    """Detection settings, in quanta (the unit of the released values)."""
+
+    eps_q: float
+    min_samples: int
+    window: int = 100_000
+    round_timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.eps_q > 0:
+            raise ValueError("eps_q must be > 0")
+        if self.min_samples < 1:
+            raise ValueError("min_samples must be >= 1")
+        if self.window < 2:
+            raise ValueError("window must be >= 2")
+        if not self.round_timeout > 0:
+            raise ValueError("round_timeout must be > 0")
+
+
+class RoundTimeout(RuntimeError):
+    pass
+
+
+class Analyst:
+    def __init__(self, conn: Connection, open_store: Callable[[], Any], params: AnalystParams,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.conn = conn
+        self.open_store = open_store
+        self.params = params
+        self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+        self._q: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._connected = threading.Event()
+        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=False,
+                        protocol=mqtt.MQTTv311)
+        c.username_pw_set(conn.username, conn.password)
+        c.on_connect = self._on_connect
+        c.on_message = self._on_message
+        self._client = c
+
+    def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        if not reason.is_failure:
+            client.subscribe(topics.ROUND_TO_ANALYST, qos=1)
+            self._connected.set()
+
+    def _on_message(self, client: mqtt.Client, userdata: Any, m: mqtt.MQTTMessage) -> None:
+        try:
+            self._q.put(msg.decode(bytes(m.payload)))
+        except msg.RoundError as e:
+            self.log("analyst: ignored round message: %s" % e)
+
+    def _await(self, rid: int, step: str) -> dict[str, Any]:
+        deadline = time.monotonic() + self.params.round_timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RoundTimeout("no %r answer for round %d within %.0f s" % (step, rid, self.params.round_timeout))
+            try:
+                body = self._q.get(timeout=left)
+            except queue.Empty:
+                continue
+            if body["round"] != rid:
+                continue        # a late answer to an abandoned round
+            if body["step"] == "error":
+                raise msg.RoundError("correction server: %s" % body.get("reason"))
+            if body["step"] == step:
+                return body
+
+    def process_window(self, store: Any, window_id: int, start_row: int, size: int) -> dict[str, Any]:
+        """Detect on one window and run its correction round; returns the saved result."""
+        t0 = time.perf_counter()
+        w = store.window(start_row, size)
+        values = np.asarray(w.values, dtype=float)
+        n = len(w.row_ids)
+        presumed = np.flatnonzero(
+            DBSCANOutliers(self.params.eps_q, self.params.min_samples).fit_predict(values) == -1)
+        dist = np.linalg.norm(values - values.mean(axis=0), axis=1)
+        t_detect = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        pub = self._client.publish
+        pub(topics.ROUND_TO_CS, msg.encode("presumed", window_id, tokens=msg.tokens_field(w.tokens),
+                                           presumed=presumed), qos=1)
+        split = self._await(window_id, "split")
+        rows = reduce_rows(dist, presumed, msg.number(split, "d_tp"), msg.number(split, "w_o"))
+        pub(topics.ROUND_TO_CS, msg.encode("rows", window_id, i_l2=rows.i_l2, i_l3=rows.i_l3), qos=1)
+        res = self._await(window_id, "result")
+        fp = msg.positions(res, "fp", n)
+        fn = msg.positions(res, "fn", n)
+        r = np.union1d(np.setdiff1d(presumed, fp), fn)
+        t_round = time.perf_counter() - t1
+        row_ids = np.asarray(w.row_ids)
+        result = {
+            "window": window_id, "first_row": int(row_ids[0]), "last_row": int(row_ids[-1]), "n": n,
+            "presumed": int(presumed.size), "fp": int(fp.size), "fn": int(fn.size),
+            "fn_l1": res.get("fn_l1"), "fn_l2": res.get("fn_l2"), "fn_l3": res.get("fn_l3"),
+            "missing_corrections": res.get("missing"), "split_accepted": res.get("split_accepted"),
+            "candidates": int(r.size), "d_tp": split.get("d_tp"),
+            "presumed_rows": [int(x) for x in row_ids[presumed]],
+            "candidate_rows": [int(x) for x in row_ids[r]],
+            "detect_s": round(t_detect, 4), "round_s": round(t_round, 4),
+        }
+        store.save_window_result(window_id, result)
+        return result
+
+    def run(self, stop: threading.Event, flush_when_idle: float | None = None,
+            exit_when_done: bool = False) -> int:
+        """Process full windows until ``stop``; a partial window is processed once nothing
+        new arrived for ``flush_when_idle`` seconds. Returns the number of windows done."""
+        self._client.connect(self.conn.host, self.conn.port, keepalive=self.conn.keepalive)
+        self._client.loop_start()
+        if not self._connected.wait(10):
+            raise ConnectionError("analyst: no broker connection")
+        store = self.open_store()
+        done = 0
+        last_count, last_change = -1, time.monotonic()
+        try:
+            while not stop.is_set():
+                window_id = int(store.get_meta("next_window") or 0)
+                start = int(store.get_meta("next_row") or 1)
+                avail = len(store.readings_after(start - 1, self.params.window))
+                count = store.count()
+                if count != last_count:
+                    last_count, last_change = count, time.monotonic()
+                idle = time.monotonic() - last_change
+                full = avail >= self.params.window
+                flush = avail > 1 and flush_when_idle is not None and idle >= flush_when_idle
+                if not (full or flush):
+                    if (exit_when_done and count > 0 and avail == 0 and flush_when_idle is not None
+                            and idle >= flush_when_idle):
+                        break
+                    time.sleep(0.2)
+                    continue
+                try:
+                    res = self.process_window(store, window_id, start, self.params.window)
+                except (RoundTimeout, msg.RoundError) as e:
+                    self.log("analyst: window %d: %s; retrying" % (window_id, e))
+                    continue
+                store.set_meta("next_window", str(window_id + 1))
+                store.set_meta("next_row", str(res["last_row"] + 1))
+                done += 1
+                self.log("analyst: window %d: %d readings, %d presumed outliers, %d false positives removed, "
+                         "%d false negatives added -> %d candidates (detect %.1f s, round %.2f s)"
+                         % (window_id, res["n"], res["presumed"], res["fp"], res["fn"], res["candidates"],
+                            res["detect_s"], res["round_s"]))
+        finally:
+            store.close()
+            self._client.disconnect()
+            self._client.loop_stop()
+        return done

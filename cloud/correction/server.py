@@ -1,0 +1,163 @@
+"""The correction server's side of a round: lines 3 and 5 of SPEC 1.5 over MQTT.
+
+It holds (token, d_diff) pairs in its own store and answers the analyst's round
+messages. A window row whose correction record has not arrived is left out of every
+decision: a presumed outlier without d_diff stays a true positive (the paper never drops
+a true positive without evidence) and such a row is never proposed as a false negative.
+"""
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+
+from cloud import topics
+from cloud.correction import messages as msg
+from cloud.correction.rules import CorrectionParams, RowReduction, Split, false_negatives, split_presumed
+from cloud.ingest.service import Connection
+
+
+@dataclass
+class _Round:
+    d_known: np.ndarray          # d_diff of the rows that have one
+    known: np.ndarray            # their window positions
+    n: int
+    presumed: np.ndarray         # window positions
+    split: Split                 # in positions of the known subset
+    missing: int
+    started: float = field(default_factory=time.monotonic)
+
+
+class CorrectionRounds:
+    """Pure round logic: feed decoded messages, get replies. No I/O."""
+
+    def __init__(self, params: CorrectionParams, lookup: Callable[[list[bytes]], dict[bytes, int]],
+                 grace: float = 5.0) -> None:
+        self.params = params
+        self.lookup = lookup
+        self.grace = grace
+        self._rounds: dict[int, _Round] = {}
+
+    def _lookup_all(self, tokens: list[bytes]) -> dict[bytes, int]:
+        # Correction records travel separately from readings and may trail them a little.
+        deadline = time.monotonic() + self.grace
+        found = self.lookup(tokens)
+        while len(found) < len(tokens) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            found = self.lookup(tokens)
+        return found
+
+    def handle(self, body: dict[str, Any]) -> bytes | None:
+        rid = body["round"]
+        try:
+            if body["step"] == "presumed":
+                return self._presumed(rid, body)
+            if body["step"] == "rows":
+                return self._rows(rid, body)
+        except msg.RoundError as e:
+            return msg.encode("error", rid, reason=str(e))
+        return None
+
+    def _presumed(self, rid: int, body: dict[str, Any]) -> bytes:
+        tokens = msg.tokens_of(body)
+        n = len(tokens)
+        presumed = msg.positions(body, "presumed", n)
+        found = self._lookup_all(tokens)
+        known = np.array([i for i, t in enumerate(tokens) if t in found], dtype=np.intp)
+        d_known = np.array([found[tokens[i]] for i in known], dtype=float)
+        # Positions of O' within the known subset.
+        where = np.full(n, -1, dtype=np.intp)
+        where[known] = np.arange(known.size)
+        p_sub = where[presumed]
+        p_sub = p_sub[p_sub >= 0]
+        split = split_presumed(d_known, p_sub, self.params)
+        self._rounds[rid] = _Round(d_known, known, n, presumed, split, n - known.size)
+        self._forget_old()
+        return msg.encode("split", rid, d_tp=split.d_tp, w_o=self.params.w_o)
+
+    def _rows(self, rid: int, body: dict[str, Any]) -> bytes:
+        r = self._rounds.pop(rid, None)
+        if r is None:
+            raise msg.RoundError("round %d has no split (restarted server?); resend presumed" % rid)
+        where = np.full(r.n, -1, dtype=np.intp)
+        where[r.known] = np.arange(r.known.size)
+
+        def sub(key: str) -> np.ndarray:
+            p = where[msg.positions(body, key, r.n)]
+            return p[p >= 0]
+
+        rows = RowReduction(i_l2=sub("i_l2"), i_l3=sub("i_l3"))
+        p_sub = where[r.presumed]
+        p_sub = p_sub[p_sub >= 0]
+        fn = false_negatives(r.d_known, p_sub, rows, r.split, self.params)
+        fp = r.known[r.split.fp]
+        layers = [r.known[x] for x in (fn.l1, fn.l2, fn.l3)]
+        fn_all = np.union1d(np.union1d(layers[0], layers[1]), layers[2])
+        return msg.encode("result", rid, fp=fp, fn=fn_all, fn_l1=len(layers[0]), fn_l2=len(layers[1]),
+                          fn_l3=len(layers[2]), missing=r.missing, split_accepted=bool(r.split.accepted))
+
+    def _forget_old(self, max_age: float = 600.0) -> None:
+        now = time.monotonic()
+        for rid in [k for k, v in self._rounds.items() if now - v.started > max_age]:
+            del self._rounds[rid]
+
+
+class CorrectionServer:
+    """MQTT loop around ``CorrectionRounds``; its store is opened in the thread that uses it."""
+
+    def __init__(self, conn: Connection, params: CorrectionParams,
+                 open_store: Callable[[], Any], log: Callable[[str], None] | None = None) -> None:
+        self.conn = conn
+        self.params = params
+        self.open_store = open_store
+        self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+        self._q: queue.Queue[bytes] = queue.Queue()
+        self._connected = threading.Event()
+        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=False,
+                        protocol=mqtt.MQTTv311)
+        c.username_pw_set(conn.username, conn.password)
+        c.on_connect = self._on_connect
+        c.on_message = lambda cl, u, m: self._q.put(bytes(m.payload))
+        self._client = c
+        self.rounds_done = 0
+
+    def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        if not reason.is_failure:
+            client.subscribe(topics.ROUND_TO_CS, qos=1)
+            self._connected.set()
+
+    def run(self, stop: threading.Event) -> None:
+        self._client.connect(self.conn.host, self.conn.port, keepalive=self.conn.keepalive)
+        self._client.loop_start()
+        if not self._connected.wait(10):
+            raise ConnectionError("correction server: no broker connection")
+        store = self.open_store()
+        rounds = CorrectionRounds(self.params, store.lookup)
+        try:
+            while not stop.is_set():
+                try:
+                    payload = self._q.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                try:
+                    body = msg.decode(payload)
+                except msg.RoundError as e:
+                    self.log("correction server: ignored round message: %s" % e)
+                    continue
+                reply = rounds.handle(body)
+                if reply is not None:
+                    self._client.publish(topics.ROUND_TO_ANALYST, reply, qos=1)
+                    if body["step"] == "rows":
+                        self.rounds_done += 1
+                        self.log("correction server: round %d answered" % body["round"])
+        finally:
+            store.close()
+            self._client.disconnect()
+            self._client.loop_stop()
