@@ -15,6 +15,33 @@ from cloud import __version__
 
 
 def parser_demo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--n", type=int, default=100_000, help="readings (default 100000)")
+    p.add_argument("--devices", type=int, default=10, help="simulated devices (default 10)")
+    p.add_argument("--separation", type=float, default=220.0,
+                   help="gap between normal readings and outliers, paper 1 (default 220)")
+    p.add_argument("--shape", choices=("scale", "shift"), default="scale",
+                   help="how outliers are pushed out (SPEC 1.7; default scale)")
+    p.add_argument("--epsilon", default="0.5", help="epsilon per column, a decimal (default 0.5)")
+    p.add_argument("--seed", type=int, default=1, help="seed for data and noise (default 1)")
+    p.add_argument("--out", default="out/demo", help="report and data folder (default out/demo)")
+    p.add_argument("--no-sweep", action="store_true", help="skip the accuracy-vs-epsilon sweep")
+
+
+def do_demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cloud.broker import BrokerError
+    from cloud.pipeline import DemoError, DemoOptions, run_pipeline_demo
+    try:
+        opts = DemoOptions(n=args.n, devices=args.devices, separation=args.separation, shape=args.shape,
+                           epsilon=args.epsilon, seed=args.seed, out=Path(args.out), sweep=not args.no_sweep)
+        return run_pipeline_demo(opts)
+    except (ValueError, DemoError, BrokerError) as e:
+        print("dpsense demo: %s" % e, file=sys.stderr)
+        return 2 if isinstance(e, ValueError) else 1
+
+
+def parser_perturb(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, default=100_000, help="readings in the window (default 100000)")
     p.add_argument("--separation", type=float, default=220.0,
                    help="gap between normal readings and outliers, paper 1 (default 220)")
@@ -25,14 +52,14 @@ def parser_demo(p: argparse.ArgumentParser) -> None:
                    help="seed for data and noise; 0 draws noise from the OS CSPRNG (default 1)")
 
 
-def do_demo(args: argparse.Namespace) -> int:
-    from cloud.demo import DemoOptions, run_demo
+def do_perturb(args: argparse.Namespace) -> int:
+    from cloud.perturb_summary import SummaryOptions, run_summary
     try:
-        opts = DemoOptions(n=args.n, separation=args.separation, shape=args.shape,
-                           epsilon=args.epsilon, seed=args.seed)
-        return run_demo(opts)
+        opts = SummaryOptions(n=args.n, separation=args.separation, shape=args.shape,
+                              epsilon=args.epsilon, seed=args.seed)
+        return run_summary(opts)
     except ValueError as e:
-        print("dpsense demo: %s" % e, file=sys.stderr)
+        print("dpsense perturb: %s" % e, file=sys.stderr)
         return 2
 
 
@@ -394,7 +421,9 @@ def do_correction(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {
-    "demo": (do_demo, parser_demo, "perturb a synthetic fleet window with the board code and summarise"),
+    "demo": (do_demo, parser_demo, "the whole system on this machine: broker, analyst, correction server, "
+                                   "a simulated fleet, and a report"),
+    "perturb": (do_perturb, parser_perturb, "perturb a synthetic window with the board code and summarise it"),
     "broker": (do_broker, parser_broker, "run Mosquitto for dpsense and manage its accounts"),
     "ingest": (do_ingest, parser_ingest, "store records from the broker (QoS 1, acknowledged after commit)"),
     "analyst": (do_analyst, parser_analyst, "ingest readings and detect outliers per window, with correction rounds"),
@@ -411,7 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="dpsense",
         description="Privacy-preserving outlier detection for sensor fleets.",
-        epilog="example: dpsense demo --n 20000 --epsilon 0.1",
+        epilog="example: dpsense demo --n 20000 --epsilon 0.1   (see `dpsense COMMAND --help`)",
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, add_args, help_text) in COMMANDS.items():

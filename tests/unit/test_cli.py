@@ -5,12 +5,12 @@ import pytest
 
 from cloud import cli
 from cloud.datasets import paper1_synthetic, relaxed_sensitivity
-from cloud.demo import DemoOptions, run_demo
+from cloud.perturb_summary import SummaryOptions, run_summary
 
 
-def test_demo_summarises_a_window():
+def test_perturb_summarises_a_window():
     out = io.StringIO()
-    assert run_demo(DemoOptions(n=3000, epsilon="0.5"), out) == 0
+    assert run_summary(SummaryOptions(n=3000, epsilon="0.5"), out) == 0
     text = out.getvalue()
     assert "3000 readings" in text
     assert "epsilon 0.5 per column, 1 per row" in text
@@ -18,9 +18,11 @@ def test_demo_summarises_a_window():
     assert "relaxed sensitivity (this mechanism)" in text
 
 
-@pytest.mark.parametrize("argv", [["demo", "--epsilon", "-1"], ["demo", "--epsilon", "abc"],
-                                  ["demo", "--n", "3"], ["demo", "--shape", "ring"]])
-def test_demo_rejects_bad_arguments_clearly(argv, capsys):
+@pytest.mark.parametrize("argv", [["perturb", "--epsilon", "-1"], ["perturb", "--epsilon", "abc"],
+                                  ["perturb", "--n", "3"], ["perturb", "--shape", "ring"],
+                                  ["demo", "--n", "10"], ["demo", "--epsilon", "0"],
+                                  ["demo", "--devices", "0"]])
+def test_bad_arguments_are_rejected_clearly(argv, capsys):
     try:
         rc = cli.main(argv)
     except SystemExit as e:       # argparse rejects choices itself

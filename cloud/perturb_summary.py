@@ -1,4 +1,4 @@
-"""``dpsense demo``: a fleet window through the exact board-side code, with a plain summary.
+"""``dpsense perturb``: a fleet window through the exact board-side code, with a plain summary.
 
 Every record is scaled, perturbed, measured (d_diff), tokenised and encoded by
 ``shared_protocol`` exactly as a board does it; the summary shows what the analyst
@@ -25,7 +25,7 @@ from shared_protocol.tokens import new_token
 
 
 @dataclass(frozen=True)
-class DemoOptions:
+class SummaryOptions:
     n: int = 100_000
     separation: float = 220.0
     shape: str = "scale"
@@ -35,10 +35,10 @@ class DemoOptions:
     seed: int = 1
 
 
-def run_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
+def run_summary(opts: SummaryOptions, out: TextIO = sys.stdout) -> int:
     eps = parse_decimal(opts.epsilon)
     w = out.write
-    w("dpsense demo: one window of a simulated sensor fleet through the board-side code\n\n")
+    w("dpsense perturb: one window of a simulated sensor fleet through the board-side code\n\n")
     data = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=opts.seed)
     reference = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=opts.seed + 1000)
     rs_units = relaxed_sensitivity(reference.x)
