@@ -69,17 +69,15 @@ def _service(args: list[str], log: Path) -> subprocess.Popen[bytes]:
                                 stdout=f, stderr=subprocess.STDOUT)
 
 
-def _wait_sessions(broker: Broker, client_ids: list[str], timeout: float = 30.0) -> None:
-    """Devices may publish only once both ingest sessions exist at the broker."""
+def _wait_sessions(logs: list[Path], timeout: float = 30.0) -> None:
+    """Devices may publish only once both ingest sessions are subscribed at the broker."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        text = broker.log_path.read_text(errors="replace") if broker.log_path.exists() else ""
-        if all((" as %s " % c) in text for c in client_ids):
-            time.sleep(0.5)     # the SUBSCRIBE follows the CONNACK
+        if all(p.exists() and b"ingest: subscribed" in p.read_bytes() for p in logs):
             return
         time.sleep(0.1)
-    raise DemoError("services did not connect to the broker within %.0f s (logs in %s)"
-                    % (timeout, broker.log_path.parent))
+    raise DemoError("services did not subscribe within %.0f s (logs: %s)"
+                    % (timeout, ", ".join(str(p) for p in logs)))
 
 
 def _stop(proc: subprocess.Popen[bytes] | None) -> None:
@@ -124,7 +122,7 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
         cs = _service(["correction-server", *common], logs / "correction-server.log")
         analyst = _service(["analyst", *common, "--window", str(opts.n), "--flush-idle", "3",
                             "--exit-when-done"], logs / "analyst.log")
-        _wait_sessions(broker, ["dpsense-ingest-analyst", "dpsense-ingest-correction"])
+        _wait_sessions([logs / "analyst.log", logs / "correction-server.log"])
 
         _say("perturbing on %d simulated devices (shared_protocol, exact discrete Laplace)" % opts.devices)
         t0 = time.perf_counter()

@@ -103,6 +103,7 @@ class IngestService:
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_message = self._on_message
+        c.on_subscribe = self._on_subscribe
         return c
 
     def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
@@ -114,6 +115,12 @@ class IngestService:
             self.stats.reconnects += 1
         client.subscribe(self.topic_filter, qos=1)
         self._connected.set()
+
+    def _on_subscribe(self, client: mqtt.Client, userdata: Any, mid: int, reason_codes: Any, props: Any) -> None:
+        if any(rc.is_failure for rc in reason_codes):
+            self.log("ingest: subscription to %s refused: %s" % (self.topic_filter, reason_codes))
+        else:
+            self.log("ingest: subscribed to %s (session %s)" % (self.topic_filter, self.conn.client_id))
 
     def _on_disconnect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
         self._connected.clear()
