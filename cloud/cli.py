@@ -318,20 +318,31 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
     add_common(p)
 
 
-def _ingest_thread(conn: "Connection", open_store: "Callable[[], object]", role: str,
-                   stop: "threading.Event") -> "threading.Thread":
-    import threading
+class _Ingest:
+    """The ingest loop of a service, in a thread; if it dies, it stops the whole service."""
 
-    from cloud.ingest.service import IngestService
+    def __init__(self, conn: "Connection", open_store: "Callable[[], object]", role: str,
+                 stop: "threading.Event") -> None:
+        import threading
+        self.error: BaseException | None = None
+        self._conn, self._open, self._role, self._stop = conn, open_store, role, stop
+        self.thread = threading.Thread(target=self._run, name="ingest-" + role, daemon=True)
+        self.thread.start()
 
-    def run() -> None:
-        with open_store() as store:  # type: ignore[attr-defined]
-            make = IngestService.for_analyst if role == "analyst" else IngestService.for_correction
-            make(conn, store).run(stop)
+    def _run(self) -> None:
+        from cloud.ingest.service import IngestService
+        try:
+            with self._open() as store:  # type: ignore[attr-defined]
+                make = IngestService.for_analyst if self._role == "analyst" else IngestService.for_correction
+                make(self._conn, store).run(self._stop)
+        except BaseException as e:  # noqa: BLE001 - reported by the service's exit status
+            self.error = e
+            print("dpsense %s: ingest stopped: %s: %s" % (self._role, type(e).__name__, e),
+                  file=sys.stderr, flush=True)
+            self._stop.set()
 
-    t = threading.Thread(target=run, name="ingest-" + role, daemon=True)
-    t.start()
-    return t
+    def join(self) -> None:
+        self.thread.join(15)
 
 
 def do_analyst(args: argparse.Namespace) -> int:
@@ -351,10 +362,10 @@ def do_analyst(args: argparse.Namespace) -> int:
                                min_samples=int(_profile_default(args, st, "dbscan_min_samples", 60)),
                                window=args.window)
         opener = lambda: open_analyst_store(st.analyst_db)  # noqa: E731
+        opener().close()            # create the database once, before two threads open it
         ingest = None
         if not args.no_ingest:
-            ingest = _ingest_thread(connection_for(st, "analyst", "dpsense-ingest-analyst"), opener,
-                                    "analyst", stop)
+            ingest = _Ingest(connection_for(st, "analyst", "dpsense-ingest-analyst"), opener, "analyst", stop)
         analyst = Analyst(connection_for(st, "analyst", "dpsense-analyst"), opener, params)
         try:
             analyst.run(stop, flush_when_idle=args.flush_idle, exit_when_done=args.exit_when_done)
@@ -362,7 +373,9 @@ def do_analyst(args: argparse.Namespace) -> int:
             pass
         stop.set()
         if ingest is not None:
-            ingest.join(15)
+            ingest.join()
+            if ingest.error is not None:
+                return 1
     except (BrokerError, StorageError, ConnectionError, OSError, ValueError) as e:
         print("dpsense analyst: %s" % e, file=sys.stderr)
         return 1
@@ -402,10 +415,11 @@ def do_correction(args: argparse.Namespace) -> int:
             w_o = prof.w_o_q
         params = CorrectionParams(w_o=float(w_o), split=args.split, bound=args.bound, guard=not args.no_guard)
         opener = lambda: open_correction_store(st.correction_db)  # noqa: E731
+        opener().close()            # create the database once, before two threads open it
         ingest = None
         if not args.no_ingest:
-            ingest = _ingest_thread(connection_for(st, "correction", "dpsense-ingest-correction"), opener,
-                                    "correction", stop)
+            ingest = _Ingest(connection_for(st, "correction", "dpsense-ingest-correction"), opener,
+                             "correction", stop)
         server = CorrectionServer(connection_for(st, "correction", "dpsense-correction"), params, opener)
         try:
             server.run(stop)
@@ -413,10 +427,67 @@ def do_correction(args: argparse.Namespace) -> int:
             pass
         stop.set()
         if ingest is not None:
-            ingest.join(15)
+            ingest.join()
+            if ingest.error is not None:
+                return 1
     except (BrokerError, StorageError, ConnectionError, OSError, ValueError) as e:
         print("dpsense correction-server: %s" % e, file=sys.stderr)
         return 1
+    return 0
+
+
+def parser_curator(p: argparse.ArgumentParser) -> None:
+    from decimal import Decimal, InvalidOperation
+
+    def exact(text: str) -> Decimal:
+        try:
+            d = Decimal(text.strip())
+        except InvalidOperation:
+            raise argparse.ArgumentTypeError("expected a decimal number, got %r" % text) from None
+        if not d.is_finite():
+            raise argparse.ArgumentTypeError("expected a finite number, got %r" % text)
+        return d
+
+    sub = p.add_subparsers(dest="area", metavar="AREA", required=True)
+    budget = sub.add_parser("budget", help="privacy budgets per data set",
+                            description="Show, set or reset the (epsilon, delta) budget of a data set.")
+    actions = budget.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, text in (("show", "budget, releases and what remains (all data sets without --dataset)"),
+                       ("set", "create or change a budget; releases so far still count"),
+                       ("reset", "stop counting the releases so far (they stay in the log)")):
+        a = actions.add_parser(name, help=text, description=text)
+        a.add_argument("--dataset", required=name != "show", help="data set name")
+        if name == "set":
+            a.add_argument("--epsilon", type=exact, required=True, help="total epsilon, >= 0")
+            a.add_argument("--delta", type=exact, default=None, help="total delta in [0, 1) (default 0)")
+        a.add_argument("--db", help="budget database (default <data dir>/budget.db, env DPSENSE_DATA_DIR)")
+
+
+def do_curator(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cloud.config import Settings
+    from cloud.privacy.accountant import BudgetAccountant, BudgetError
+    try:
+        db = Path(args.db) if args.db else Settings.resolve().data_dir / "budget.db"
+        acct = BudgetAccountant(db, create=args.action == "set")
+        if args.action == "set":
+            acct.set_budget(args.dataset, args.epsilon, 0 if args.delta is None else args.delta)
+            print(acct.summary(args.dataset))
+        elif args.action == "reset":
+            cost = acct.reset(args.dataset)
+            print("data set %s: reset; the %s spent before are no longer counted" % (args.dataset, cost))
+        else:
+            names = [args.dataset] if args.dataset else acct.datasets()
+            if not names:
+                print("no budgets in %s" % db)
+            print("\n\n".join(acct.summary(n) for n in names))
+    except (BudgetError, FileNotFoundError, OSError) as e:
+        print("dpsense curator: %s" % e, file=sys.stderr)
+        return 1
+    except (TypeError, ValueError) as e:
+        print("dpsense curator: %s" % e, file=sys.stderr)
+        return 2
     return 0
 
 
@@ -432,6 +503,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argpars
     "status": (do_status, parser_status, "counts, sequence gaps and dead letters of both stores"),
     "simulate": (do_simulate, parser_simulate, "publish a data set as N virtual devices through the broker"),
     "experiment": (do_experiment, parser_experiment, "reproduce a paper's experiment (paper1: Fig. 3)"),
+    "curator": (do_curator, parser_curator, "privacy budgets of the curated data sets (curator budget ...)"),
     "version": (do_version, parser_version, "print versions"),
 }
 

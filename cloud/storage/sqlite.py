@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -106,7 +107,7 @@ class _SqliteDatabase:
     def _configure(self) -> None:
         with self._translate("configure"):
             self._conn.execute("PRAGMA busy_timeout = %d" % BUSY_TIMEOUT_MS)
-            mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = self._switch_to_wal()
             if mode not in ("wal", "memory"):
                 raise StorageError("%s: cannot switch to WAL mode (journal_mode is %s)" % (self.path, mode))
             # A commit returns only after SQLite has written the transaction to the WAL file, at
@@ -117,6 +118,19 @@ class _SqliteDatabase:
             # then forgets those messages, so a commit must mean "on disk" (NORMAL only syncs
             # the WAL at checkpoints and may lose the last commits on power loss).
             self._conn.execute("PRAGMA synchronous = FULL")
+
+    def _switch_to_wal(self) -> str:
+        # Switching a new file to WAL needs an exclusive lock and SQLite does not call the
+        # busy handler for it: two connections opening the same new file at once (the
+        # ingest thread and the detector of one service) get SQLITE_BUSY immediately.
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                return str(self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
 
     def _ensure_schema(self) -> None:
         if self._header() == (0, 0):
