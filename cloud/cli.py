@@ -243,12 +243,13 @@ def do_ingest(args: argparse.Namespace) -> int:
     from cloud.broker import BrokerError
     from cloud.ingest.service import IngestService
     from cloud.storage import open_analyst_store, open_correction_store
-    from cloud.storage.repository import StorageError
+    from cloud.storage.repository import AnalystStore, CorrectionStore, StorageError
     st = settings_from(args)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     try:
         conn = connection_for(st, args.user or args.role, "dpsense-ingest-" + args.role)
+        store: AnalystStore | CorrectionStore
         if args.role == "analyst":
             store = open_analyst_store(st.analyst_db)
             svc = IngestService.for_analyst(conn, store, batch_size=args.batch_size)
