@@ -201,9 +201,131 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
     e.add_argument("--dbscan-min-samples", type=int, default=60, help="DBSCAN min_samples (default 60)")
     e.add_argument("--out", default="out/paper1", help="output directory (default out/paper1)")
     e.add_argument("--seed", type=int, default=1, help="seed of data and noise (default 1)")
+    e3 = sub.add_parser("paper3", help="paper 3 on Adult: DP-PCA error vs LAP/EXP, DP-LDA accuracy and AUC",
+                        description="Reproduce paper 3 (SPEC 3.7) on UCI Adult; writes results.md, runs.csv and "
+                                    "paper3.png. The defaults take about a minute; --full uses the paper's sizes.")
+    e3.add_argument("--epsilons", type=_floats, default=(0.1, 0.25, 0.5, 1.0, 1.25, 1.5),
+                    help="comma-separated epsilons (default 0.1,0.25,0.5,1,1.25,1.5)")
+    e3.add_argument("--ks", type=_floats, default=tuple(range(1, 11)), help="comma-separated k (default 1..10)")
+    e3.add_argument("--trials", type=int, default=3, help="trials averaged (default 3)")
+    e3.add_argument("--n", type=int, default=None, help="use a random subset of this many Adult rows (default all)")
+    e3.add_argument("--lda-synthetic", type=int, default=5000,
+                    help="synthetic records per DP-LDA run (default 5000; 0 = as many as training rows)")
+    e3.add_argument("--full", action="store_true",
+                    help="paper sizes: 10 trials and as many synthetic records as training rows")
+    e3.add_argument("--out", default="out/paper3", help="output directory (default out/paper3)")
+    e3.add_argument("--seed", type=int, default=1, help="seed of splits and noise (default 1)")
+    e4 = sub.add_parser("paper4", help="paper 4, Figs. 3-7: DP outlier counts (1) and top-h subspaces (2)",
+                        description="Reproduce paper 4 (SPEC 4.9): --scenario 1 (noise std-dev of the count, "
+                                    "smooth vs global) or 2 (precision/recall of the top-h subspaces); writes "
+                                    "scenarioN.md and scenarioN.png. Paper-mode columns are labelled NOT DP.")
+    e4.add_argument("--scenario", type=int, choices=(1, 2), required=True, help="1 or 2")
+    e4.add_argument("--epsilons", type=_floats, default=None,
+                    help="comma-separated epsilons (default 0.1..0.9 for 1, 0.2,0.4,0.8,1.6,3.2 for 2)")
+    e4.add_argument("--hs", type=_floats, default=(1, 2, 3, 4, 5), help="scenario 2: values of h (default 1..5)")
+    e4.add_argument("--draws", type=int, default=3, help="data draws averaged (default 3)")
+    e4.add_argument("--runs", type=int, default=1000, help="scenario 2: selections per cell and draw (default 1000)")
+    e4.add_argument("--full", action="store_true", help="paper-size averaging: 20 draws (overrides --draws)")
+    e4.add_argument("--adult-positive", choices=(">50K", "<=50K"), default=">50K",
+                    help="Adult label taken as inliers (default >50K, SPEC 4.9)")
+    e4.add_argument("--out", default="out/paper4", help="output directory (default out/paper4)")
+    e4.add_argument("--seed", type=int, default=1, help="seed of data and selections (default 1)")
+    e2 = sub.add_parser("paper2", help="paper 2: DP vs sensitively private (beta, r)-anomaly identification",
+                        description="Accuracy of the DP and (epsilon, k)-SP anomaly identification queries on "
+                                    "anomalies and normal records (SPEC 2.7); writes results.md, rows.csv and "
+                                    "paper2.png.")
+    e2.add_argument("--datasets", default="synthetic,ionosphere",
+                    help="comma-separated: synthetic, ionosphere (default both)")
+    e2.add_argument("--epsilons", type=_floats, default=(0.01, 0.1, 0.5, 1.0, 2.0),
+                    help="comma-separated epsilons (default 0.01,0.1,0.5,1,2)")
+    e2.add_argument("--ks", type=_floats, default=(1, 3), help="comma-separated k of the SP mechanism (default 1,3)")
+    e2.add_argument("--beta", type=int, default=5, help="anomaly threshold beta (default 5)")
+    e2.add_argument("--anomaly-share", type=float, default=0.05,
+                    help="r is set so that about this share of records are anomalies (default 0.05)")
+    e2.add_argument("--n", type=int, default=2000, help="synthetic records (default 2000)")
+    e2.add_argument("--out", default="out/paper2", help="output directory (default out/paper2)")
+    e2.add_argument("--seed", type=int, default=1, help="seed of data and answers (default 1)")
+    ev = sub.add_parser("verify", help="paper 1 + 2: verify the corrected candidate set with SP anomaly queries",
+                        description="Run the paper-1 correction protocol on one window, then answer an "
+                                    "(epsilon, k)-SP (beta, r)-anomaly query per candidate; writes results.md.")
+    ev.add_argument("--n", type=int, default=20_000, help="points in the window (default 20000)")
+    ev.add_argument("--separation", type=float, default=220.0, help="paper-1 separation (default 220)")
+    ev.add_argument("--epsilon-ldp", type=float, default=0.5, help="local epsilon per column (default 0.5)")
+    ev.add_argument("--dbscan-eps", type=float, default=12.0, help="DBSCAN eps = r (default 12)")
+    ev.add_argument("--dbscan-min-samples", type=int, default=12,
+                    help="DBSCAN min_samples; beta = min_samples - 1 (default 12, for n = 20000)")
+    ev.add_argument("--epsilons", type=_floats, default=(0.1, 0.5, 1.0),
+                    help="comma-separated epsilons of the anomaly queries (default 0.1,0.5,1)")
+    ev.add_argument("--ks", type=_floats, default=(1, 5), help="comma-separated k (default 1,5)")
+    ev.add_argument("--out", default="out/verify", help="output directory (default out/verify)")
+    ev.add_argument("--seed", type=int, default=1, help="seed of data, noise and answers (default 1)")
+
+
+def _ints(name: str, values: tuple[float, ...]) -> tuple[int, ...]:
+    if any(v != int(v) for v in values):
+        raise ValueError("%s must be integers" % name)
+    return tuple(int(v) for v in values)
+
+
+def _do_paper2(args: argparse.Namespace) -> int:
+    from cloud.experiments.paper2 import Paper2Config, main
+    try:
+        cfg = Paper2Config(datasets=tuple(d.strip() for d in args.datasets.split(",") if d.strip()),
+                           epsilons=args.epsilons, ks=_ints("--ks", args.ks), beta=args.beta,
+                           anomaly_share=args.anomaly_share, n_synthetic=args.n, seed=args.seed)
+    except (TypeError, ValueError) as e:
+        print("dpsense experiment: %s" % e, file=sys.stderr)
+        return 2
+    return main(cfg, args.out)
+
+
+def _do_verify(args: argparse.Namespace) -> int:
+    from cloud.experiments.verify import VerifyConfig, main
+    try:
+        cfg = VerifyConfig(n=args.n, separation=args.separation, epsilon_ldp=args.epsilon_ldp,
+                           dbscan_eps=args.dbscan_eps, dbscan_min_samples=args.dbscan_min_samples,
+                           epsilons=args.epsilons, ks=_ints("--ks", args.ks), seed=args.seed)
+    except (TypeError, ValueError) as e:
+        print("dpsense experiment: %s" % e, file=sys.stderr)
+        return 2
+    return main(cfg, args.out)
+
+
+def _do_paper3(args: argparse.Namespace) -> int:
+    from cloud.experiments.paper3 import Paper3Config, main
+    try:
+        synth = None if args.full or args.lda_synthetic == 0 else args.lda_synthetic
+        cfg = Paper3Config(epsilons=args.epsilons, ks=_ints("--ks", args.ks), trials=10 if args.full else args.trials,
+                           n=args.n, lda_synthetic=synth, seed=args.seed)
+    except (TypeError, ValueError) as e:
+        print("dpsense experiment: %s" % e, file=sys.stderr)
+        return 2
+    return main(cfg, args.out)
+
+
+def _do_paper4(args: argparse.Namespace) -> int:
+    from cloud.experiments.paper4 import Paper4Config, main
+    try:
+        if any(h != int(h) for h in args.hs):
+            raise ValueError("--hs must be integers")
+        cfg = Paper4Config(scenario=args.scenario, epsilons=args.epsilons or (), hs=tuple(int(h) for h in args.hs),
+                           draws=20 if args.full else args.draws, runs=args.runs,
+                           adult_positive=args.adult_positive, seed=args.seed)
+    except (TypeError, ValueError) as e:
+        print("dpsense experiment: %s" % e, file=sys.stderr)
+        return 2
+    return main(cfg, args.out)
 
 
 def do_experiment(args: argparse.Namespace) -> int:
+    if args.experiment == "paper4":
+        return _do_paper4(args)
+    if args.experiment == "paper2":
+        return _do_paper2(args)
+    if args.experiment == "verify":
+        return _do_verify(args)
+    if args.experiment == "paper3":
+        return _do_paper3(args)
     from cloud.experiments.paper1 import Paper1Config, main
     try:
         cfg = Paper1Config(separations=args.separations, epsilons=args.epsilons, runs=args.runs, n=args.n,
@@ -462,6 +584,57 @@ def parser_curator(p: argparse.ArgumentParser) -> None:
             a.add_argument("--epsilon", type=exact, required=True, help="total epsilon, >= 0")
             a.add_argument("--delta", type=exact, default=None, help="total delta in [0, 1) (default 0)")
         a.add_argument("--db", help="budget database (default <data dir>/budget.db, env DPSENSE_DATA_DIR)")
+    cal = sub.add_parser("calibrate", help="DP calibration of the device profile from raw calibration data",
+                         description="Relaxed sensitivity (DP quantiles), centre (DP mean) and w_O (DP radius "
+                                     "quantiles) from a CSV, charged to the data set's budget; writes a "
+                                     "profile.json that `dpsense simulate`/`analyst`/`correction-server` and the "
+                                     "firmware provisioning read.")
+    cal.add_argument("--csv", required=True, help="numeric CSV with a header row; a column 'outlier' is ignored")
+    cal.add_argument("--epsilon", type=exact, required=True, help="curator epsilon for the whole calibration")
+    cal.add_argument("--bounds", type=_floats, required=True,
+                     help="LOWER,UPPER: public range of every column (values are clipped to it)")
+    cal.add_argument("--device-epsilon", default="0.5", help="epsilon per column on the devices (default 0.5)")
+    cal.add_argument("--quantum", type=float, default=0.01, help="units per quantum (default 0.01)")
+    cal.add_argument("--outlier-percent", type=float, default=10.0, help="p_o of SPEC 1.3 (default 10)")
+    cal.add_argument("--grid", type=int, default=10001, help="candidates per DP quantile (default 10001)")
+    cal.add_argument("--dbscan-eps", type=float, default=12.0, help="copied into the profile (default 12)")
+    cal.add_argument("--dbscan-min-samples", type=int, default=60, help="copied into the profile (default 60)")
+    cal.add_argument("--dataset", required=True, help="data set whose budget is charged")
+    cal.add_argument("--db", help="budget database (default <data dir>/budget.db, env DPSENSE_DATA_DIR)")
+    cal.add_argument("--out", required=True, help="profile JSON to write (e.g. dpsense-data/profile.json)")
+    cal.add_argument("--seed", type=int, default=None, help="seed the noise (testing only; default: OS randomness)")
+
+
+def _do_calibrate(args: argparse.Namespace) -> int:
+    import random
+    from pathlib import Path
+
+    from cloud.config import Settings
+    from cloud.privacy.accountant import BudgetAccountant, BudgetError
+    from cloud.privacy.calibration import dp_calibrate, load_csv
+    try:
+        if len(args.bounds) != 2:
+            raise ValueError("--bounds must be LOWER,UPPER")
+        db = Path(args.db) if args.db else Settings.resolve().data_dir / "budget.db"
+        acct = BudgetAccountant(db, create=False)
+        prof = dp_calibrate(lambda: load_csv(args.csv), bounds=(args.bounds[0], args.bounds[1]),
+                            epsilon=args.epsilon, device_epsilon=args.device_epsilon, quantum=args.quantum,
+                            outlier_percent=args.outlier_percent, grid=args.grid, dbscan_eps=args.dbscan_eps,
+                            dbscan_min_samples=args.dbscan_min_samples,
+                            rng=random.Random(args.seed) if args.seed is not None else None,
+                            accountant=acct, dataset=args.dataset)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(prof.to_json())
+        print(prof.to_json())
+        print("dpsense curator: wrote %s; charged epsilon %s to %s" % (args.out, args.epsilon, args.dataset),
+              file=sys.stderr)
+    except (BudgetError, FileNotFoundError, OSError) as e:
+        print("dpsense curator: %s" % e, file=sys.stderr)
+        return 1
+    except (TypeError, ValueError) as e:
+        print("dpsense curator: %s" % e, file=sys.stderr)
+        return 2
+    return 0
 
 
 def do_curator(args: argparse.Namespace) -> int:
@@ -469,6 +642,8 @@ def do_curator(args: argparse.Namespace) -> int:
 
     from cloud.config import Settings
     from cloud.privacy.accountant import BudgetAccountant, BudgetError
+    if args.area == "calibrate":
+        return _do_calibrate(args)
     try:
         db = Path(args.db) if args.db else Settings.resolve().data_dir / "budget.db"
         acct = BudgetAccountant(db, create=args.action == "set")
@@ -492,6 +667,100 @@ def do_curator(args: argparse.Namespace) -> int:
     return 0
 
 
+def parser_query(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="query", metavar="QUERY", required=True)
+    for name, text in (("count", "DP count of distance-based outliers, q_count(X, k, r, S) (paper 4, SPEC 4.1-4.6)"),
+                       ("subspaces", "DP top-h outlier subspaces (exponential mechanism), then DP counts "
+                                     "(paper 4, SPEC 4.7)")):
+        q = sub.add_parser(name, help=text, description=text)
+        q.add_argument("--csv", required=True, help="numeric CSV, one record per row (a header row is skipped)")
+        q.add_argument("--k", type=int, default=3, help="outliers have fewer than k neighbours (default 3)")
+        q.add_argument("--r", type=float, required=True, help="radius in the normalised subspace distance")
+        q.add_argument("--delta", type=float, default=0.01, help="delta of the Gaussian count(s) (default 0.01)")
+        q.add_argument("--method", choices=("smooth", "global"), default="smooth",
+                       help="count mechanism: smooth (NRS) or global (Theorem 4 upper bound); default smooth")
+        q.add_argument("--dataset", help="charge this data set's budget (see `dpsense curator budget`)")
+        q.add_argument("--db", help="budget database (default <data dir>/budget.db, env DPSENSE_DATA_DIR)")
+        q.add_argument("--seed", type=int, default=None, help="seed the noise (testing only; default: OS randomness)")
+        if name == "count":
+            q.add_argument("--epsilon", type=float, required=True, help="epsilon of the count")
+            q.add_argument("--subspace", type=_floats, default=None, help="comma-separated column indices (0-based)")
+            q.add_argument("--paper-mode", action="store_true",
+                           help="the paper's smooth calibration: NOT differentially private, never charged")
+        else:
+            q.add_argument("--h", type=int, required=True, help="number of subspaces")
+            q.add_argument("--epsilon-select", type=float, required=True, help="epsilon of the selection (total)")
+            q.add_argument("--epsilon-count", type=float, default=None,
+                           help="total epsilon of the h counts (default: no counts)")
+            q.add_argument("--paper-mode", action="store_true",
+                           help="selection as printed, exp((epsilon/h) u): 2*epsilon-DP, NOT epsilon-DP")
+
+
+def _query_csv(path: str) -> "object":
+    import numpy as np
+    a = np.genfromtxt(path, delimiter=",", dtype=float)
+    if a.ndim == 1:
+        a = a[:, None] if a.size and not np.isnan(a).all() else a.reshape(1, -1)
+    if a.shape[0] and np.isnan(a[0]).all():
+        a = a[1:]
+    if a.size == 0 or np.isnan(a).any():
+        raise ValueError("%s: expected a numeric CSV without missing values" % path)
+    return a
+
+
+def do_query(args: argparse.Namespace) -> int:
+    import random
+    from pathlib import Path
+
+    from cloud.config import Settings
+    from cloud.privacy.accountant import BudgetAccountant, BudgetError
+    try:
+        x = _query_csv(args.csv)
+        acct = None
+        if args.dataset:
+            db = Path(args.db) if args.db else Settings.resolve().data_dir / "budget.db"
+            acct = BudgetAccountant(db, create=False)
+        rng = random.Random(args.seed) if args.seed is not None else None
+        if args.query == "count":
+            from cloud.privacy.outlier_count import dp_outlier_count
+            cols = None
+            if args.subspace is not None:
+                if any(c != int(c) for c in args.subspace):
+                    raise ValueError("--subspace must hold integer column indices")
+                cols = [int(c) for c in args.subspace]
+            rel = dp_outlier_count(x, k=args.k, r=args.r, epsilon=args.epsilon, delta=args.delta, subspace=cols,
+                                   method=args.method, paper_mode=args.paper_mode, accountant=acct,
+                                   dataset=args.dataset, rng=rng)
+            print("outlier count (subspace %s): %s" % (",".join(map(str, rel.subspace)), rel.value))
+            print("guarantee: %s" % rel.guarantee)
+        else:
+            from cloud.privacy.subspaces import subspaces_with_counts, top_h_subspaces
+            if args.epsilon_count is None:
+                sel = top_h_subspaces(x, k=args.k, r=args.r, h=args.h, epsilon=args.epsilon_select,
+                                      paper_mode=args.paper_mode, accountant=acct, dataset=args.dataset, rng=rng)
+                print("top-%d subspaces: %s" % (args.h, " ".join(",".join(map(str, s)) for s in sel.subspaces)))
+                print("guarantee: %s" % sel.guarantee)
+            else:
+                if args.paper_mode:
+                    raise ValueError("--paper-mode applies to the selection alone (omit --epsilon-count)")
+                rel = subspaces_with_counts(x, k=args.k, r=args.r, h=args.h, epsilon_select=args.epsilon_select,
+                                            epsilon_count=args.epsilon_count, delta=args.delta,
+                                            count_method=args.method, accountant=acct, dataset=args.dataset,
+                                            rng=rng)
+                for s, c in zip(rel.subspaces, rel.counts):
+                    print("subspace %s: outlier count %s" % (",".join(map(str, s)), c))
+                print("guarantee: %s" % rel.guarantee)
+        if acct is not None:
+            print(acct.summary(args.dataset))
+    except (BudgetError, FileNotFoundError, OSError) as e:
+        print("dpsense query: %s" % e, file=sys.stderr)
+        return 1
+    except (TypeError, ValueError) as e:
+        print("dpsense query: %s" % e, file=sys.stderr)
+        return 2
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {
     "demo": (do_demo, parser_demo, "the whole system on this machine: broker, analyst, correction server, "
                                    "a simulated fleet, and a report"),
@@ -503,8 +772,10 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argpars
                           "ingest correction records and answer correction rounds (sees no values)"),
     "status": (do_status, parser_status, "counts, sequence gaps and dead letters of both stores"),
     "simulate": (do_simulate, parser_simulate, "publish a data set as N virtual devices through the broker"),
-    "experiment": (do_experiment, parser_experiment, "reproduce a paper's experiment (paper1: Fig. 3)"),
+    "experiment": (do_experiment, parser_experiment,
+                   "reproduce a paper's experiment (paper1: Fig. 3; paper2; paper4: Figs. 3-7; verify: paper 1 + 2)"),
     "curator": (do_curator, parser_curator, "privacy budgets of the curated data sets (curator budget ...)"),
+    "query": (do_query, parser_query, "private queries on a CSV data set (query count | query subspaces)"),
     "version": (do_version, parser_version, "print versions"),
 }
 
