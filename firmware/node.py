@@ -1,12 +1,14 @@
 """One reading, end to end on the board: read -> scale -> perturb -> d_diff -> token -> encode -> send.
 
     node = Node(sensor, mechanism, rng, device_id=7, boot_id=1, config_id=3, send=send)
-    node.step()    # publishes one reading record and one correction record
+    node.step()    # reads, then sends one reading record and its correction record
 
 ``sensor.read()`` returns a list of raw integer readings (one per column);
-``send(kind, payload)`` hands the encoded bytes to a transport, kind being
-``wire.KIND_READING`` (for the analyst) or ``wire.KIND_CORRECTION`` (for the
-correction server). The raw and scaled values never leave ``step``.
+``send(reading, correction)`` hands the two encoded records of one release to a
+transport (the ring buffer of an MQTT board, or ``serial_sender``): the reading
+goes to the analyst, the correction to the correction server. The raw and scaled
+values never leave ``release``. The caller decides whether a reading may be
+released at all (the privacy ledger, firmware/ledger.py) before calling ``release``.
 """
 
 try:
@@ -46,8 +48,14 @@ class Node:
         self._cbuf = bytearray(wire.CORRECTION_SIZE)
 
     def step(self):
-        """Release one record; return its sequence number."""
+        """Read and release one record; return its sequence number (None: no reading)."""
         raw = self.sensor.read()
+        if raw is None:
+            return None
+        return self.release(raw)
+
+    def release(self, raw):
+        """Perturb, encode and send one raw reading; return its sequence number."""
         _, out, d_diff = self.mechanism.perturb(raw)
         for j in range(len(out)):
             out[j] = _clamp_i32(out[j])
@@ -55,15 +63,15 @@ class Node:
         seq = self.seq
         n = wire.encode_reading_into(self._rbuf, self.device_id, self.boot_id, seq, tok,
                                      self.config_id, out)
-        self.send(wire.KIND_READING, bytes(self._rbuf[:n]))
         wire.encode_correction_into(self._cbuf, tok, _clamp_i32(d_diff))
-        self.send(wire.KIND_CORRECTION, bytes(self._cbuf))
+        self.send(bytes(self._rbuf[:n]), bytes(self._cbuf))
         self.seq = seq + 1
         return seq
 
 
 def serial_sender(write):
-    """A ``send`` that writes each message as one framed line (docs/protocol.md)."""
-    def send(kind, payload):
-        write(frame(payload))
+    """A ``send`` that writes each record as one framed line (docs/protocol.md 2)."""
+    def send(reading, correction):
+        write(frame(reading))
+        write(frame(correction))
     return send

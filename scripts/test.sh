@@ -14,5 +14,12 @@ fi
 echo "== pytest on CPython (unit, portable, statistical, QEMU micro:bit, integration)"
 python -m pytest "$@"
 rc=$?
+
+echo "== hardware-in-the-loop tests, unix rig (firmware under the MicroPython unix port, real Mosquitto)"
+python -m pytest hil_tests --rig unix -q
+hil_rc=$?
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-exit $rc
+if [ "$rc" -ne 0 ]; then
+    exit $rc
+fi
+exit $hil_rc

@@ -17,6 +17,11 @@ MODULES = (
     "tests.portable.test_framing",
     "tests.portable.test_mechanism",
     "tests.portable.test_node",
+    "tests.portable.test_fw_config",
+    "tests.portable.test_fw_ring",
+    "tests.portable.test_fw_ledger",
+    "tests.portable.test_fw_mqtt",
+    "tests.portable.test_fw_uplink",
 )
 
 passed = failed = 0

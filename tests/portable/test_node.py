@@ -15,7 +15,7 @@ class ListSensor:
         self.rows = list(rows)
 
     def read(self):
-        return list(self.rows.pop(0))
+        return list(self.rows.pop(0)) if self.rows else None
 
 
 def _node(rows, sent, seed=3):
@@ -23,7 +23,7 @@ def _node(rows, sent, seed=3):
     mech = RecordMechanism([Column(ident, 125, (1, 2)), Column(ident, 125, (1, 2))], [0, 0],
                            XorShift32(seed))
     return Node(ListSensor(rows), mech, XorShift32(seed + 1), 7, 9, 3,
-                lambda kind, payload: sent.append((kind, payload)))
+                lambda r, c: sent.extend(((wire.KIND_READING, r), (wire.KIND_CORRECTION, c))))
 
 
 def test_step_sends_a_reading_and_its_correction_linked_by_token():
@@ -59,3 +59,11 @@ def test_serial_sender_frames_each_message():
     assert len(lines) == 2
     assert wire.decode(unframe(lines[0]))[0] == wire.KIND_READING
     assert wire.decode(unframe(lines[1]))[0] == wire.KIND_CORRECTION
+
+
+def test_step_returns_none_when_the_sensor_has_no_reading():
+    sent = []
+    node = _node([(1, 2)], sent)
+    assert node.step() == 0
+    assert node.step() is None
+    assert len(sent) == 2 and node.seq == 1

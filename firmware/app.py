@@ -1,0 +1,235 @@
+"""The board's main loop: read -> ledger -> scale -> perturb -> d_diff -> token -> encode -> send.
+
+    main("config.json")          # validate, build, run: what firmware/main.py calls
+    app = App(cfg, profile)      # or by hand, with a validated config
+    app.boot(); app.run()
+
+Per reading, the privacy ledger charges (and persists) the record's epsilon before
+anything is computed from it; a withheld reading releases nothing and takes no
+sequence number, so the cloud sees no gap. A released record goes to the ring
+buffer, which the uplink drains to the broker (MQTT boards), or to the console as
+two framed lines (serial boards, read by a gateway).
+
+Console lines a rig can wait for: ``boot ok: ...``, ``config error: <key>: ...``,
+``ledger: window N cap ... reached ...``, ``mqtt: connected ...``,
+``mqtt: connection lost ...``, ``stimulus done: ...``, ``idle: ...``.
+"""
+
+import sys
+import time
+
+try:
+    from shared_protocol.fixedpoint import Affine
+    from shared_protocol.mechanism import Column, RecordMechanism
+    from shared_protocol.rng import UrandomRNG
+    from shared_protocol import wire
+except ImportError:
+    from fixedpoint import Affine
+    from mechanism import Column, RecordMechanism
+    from rng import UrandomRNG
+    import wire
+
+from config import ConfigError, validate
+from ledger import CAPPED, OK, Ledger, frac_text
+from node import Node, serial_sender
+import sensor
+
+
+def make_rng(profile):
+    """``(rng, description)``: the profile's entropy source, or the port's PRNG if it lacks one."""
+    if profile["entropy"] == "urandom":
+        try:
+            rng = UrandomRNG()
+            rng.getrandbits(8)
+            return rng, "os.urandom"
+        except (AttributeError, ImportError, OSError):
+            pass
+        weak = "random.getrandbits (PRNG: os.urandom missing on this port)"
+    else:
+        weak = "random.getrandbits (PRNG, weaker than a hardware source)"
+    import random
+    return random, weak
+
+
+class App:
+    """Everything one board runs, built from a validated config and a board profile."""
+
+    def __init__(self, cfg, profile, log=print):
+        self.cfg = cfg
+        self.profile = profile
+        self.log = log
+        self.rng, self.entropy = make_rng(profile)
+        cols = [Column(Affine(c[0], c[1], c[2], c[3], c[4]), c[5], cfg["epsilon"])
+                for c in cfg["columns"]]
+        self.mech = RecordMechanism(cols, cfg["centre"], self.rng)
+        self.ledger = Ledger(self.mech.epsilon_row(), cfg["window_cap"], cfg["window_records"],
+                             cfg["window_seconds"], cfg["ledger_path"])
+        self.sensor = sensor.make(profile, len(cols), cfg.get("stimulus"))
+        self.boot_id = (self.rng.getrandbits(16) << 16) | self.rng.getrandbits(16)
+        self.ring = None
+        self.uplink = None
+        if profile["transport"] == "mqtt":
+            send = self._mqtt(len(cols))
+        else:
+            send = serial_sender(_console_writer())
+        self.node = Node(self.sensor, self.mech, self.rng, cfg["device_id"], self.boot_id,
+                         cfg["config_id"], send)
+        self.released = 0
+        self._capped_window = None
+
+    def _mqtt(self, ncols):
+        from ring import Ring
+        from mqtt import MQTTClient, open_socket
+        from uplink import Uplink
+        cfg = self.cfg
+        self.ring = Ring(cfg["ring_path"], wire.reading_size(ncols), cfg["ring_records"],
+                         cfg["ring_bytes"])
+        client = MQTTClient(cfg["client_id"], cfg["broker_user"], cfg["broker_password"],
+                            cfg["keepalive"], clock=time)
+        host = cfg["broker_host"]
+        port = cfg["broker_port"]
+        tls = cfg["broker_tls"]
+        ca = cfg["broker_ca"]
+        link = None
+        if self.profile["wifi"]:
+            from net import WifiLink
+            link = WifiLink(cfg["wifi_ssid"], cfg["wifi_password"])
+        user = cfg["broker_user"]
+        self.uplink = Uplink(client, self.ring, lambda: open_socket(host, port, tls, ca),
+                             ("dpsense/readings/%s" % user).encode(),
+                             ("dpsense/status/%s" % user).encode(), time, self.rng,
+                             cfg["max_inflight"], cfg["ack_timeout_ms"], 250,
+                             cfg["backoff_max_ms"], link, self.log)
+        ring = self.ring
+
+        def send(reading, correction):
+            ring.put(reading, correction)
+        return send
+
+    def status(self, event):
+        """Publish (MQTT) or print (serial) the board's state; never carries a value."""
+        led = self.ledger
+        ring = self.ring
+        worst = self.mech.epsilon_row_worst()
+        row = self.mech.epsilon_row()
+        text = ('{"event":"%s","device":%d,"boot":%d,"board":"%s","entropy":"%s",'
+                '"eps_record":"%s","eps_record_worst":"%s","window":%d,"spent":"%s",'
+                '"cap":"%s","withheld":%d,"released":%d,"dropped":%d,"pending":%d}'
+                % (event, self.cfg["device_id"], self.boot_id, self.profile["name"],
+                   self.entropy, frac_text(row[0], row[1]), frac_text(worst[0], worst[1]),
+                   led.window, led.spent_text(), led.cap_text(), led.withheld, self.released,
+                   ring.dropped if ring else 0, ring.pending if ring else 0))
+        if self.uplink is not None:
+            self.uplink.status(text.encode())
+        else:
+            self.log("status: " + text)
+
+    def boot(self):
+        ring = self.ring
+        self.log("boot ok: board=%s device=%d boot=%d entropy=%s eps_record=%s pending=%d dropped=%d"
+                 % (self.profile["name"], self.cfg["device_id"], self.boot_id, self.entropy,
+                    frac_text(*self.mech.epsilon_row()), ring.pending if ring else 0,
+                    ring.dropped if ring else 0))
+        if ring is not None and ring.lost_on_open:
+            self.log("ring: layout changed; %d unsent records of the old layout dropped"
+                     % ring.lost_on_open)
+        self.status("boot")
+
+    def read_once(self):
+        """Take one reading and release it if the ledger allows; False when the sensor is done."""
+        raw = self.sensor.read()
+        if raw is None:
+            return False
+        led = self.ledger
+        code = led.charge()
+        if self._capped_window is not None and led.window != self._capped_window:
+            self.log("ledger: window %d open; releasing again" % led.window)
+            self._capped_window = None
+        if code == OK:
+            self.node.release(raw)
+            self.released += 1
+        elif code == CAPPED:
+            self._capped_window = led.window
+            self.log("ledger: window %d cap %s reached (spent %s); withholding readings until window %d"
+                     % (led.window, led.cap_text(), led.spent_text(), led.window + 1))
+            self.status("window_cap")
+        return True
+
+    def run(self):
+        """The loop; returns only on a board without a network once the sensor is done."""
+        t = time
+        period = self.cfg["period_ms"]
+        up = self.uplink
+        sampling = True
+        idle_said = False
+        reads = 0
+        cost_us = 0
+        t_start = t.ticks_ms()
+        next_read = t_start
+        while True:
+            now = t.ticks_ms()
+            if sampling and t.ticks_diff(now, next_read) >= 0:
+                next_read = t.ticks_add(next_read, period) if period else now
+                t0 = t.ticks_us()
+                sampling = self.read_once()
+                cost_us += t.ticks_diff(t.ticks_us(), t0)
+                if sampling:
+                    reads += 1
+                else:
+                    ms = t.ticks_diff(t.ticks_ms(), t_start)
+                    self.log("stimulus done: %d readings, %d released, %d ms; firmware cost %d us per reading"
+                             % (reads, self.released, ms, cost_us // (reads or 1)))
+                    if up is None:
+                        return
+            if up is None:
+                wait = t.ticks_diff(next_read, t.ticks_ms())
+                if wait > 0:
+                    t.sleep_ms(wait)
+                continue
+            up.service()
+            if not sampling and not idle_said and up.idle():
+                self.log("idle: all %d records acknowledged (%d messages published, %d records resent, %d connects)"
+                         % (self.released, up.published, up.resent, up.connects))
+                idle_said = True
+            if not sampling or period:
+                wait = 20 if not sampling else t.ticks_diff(next_read, t.ticks_ms())
+                if up.inflight:
+                    wait = min(wait, 1)
+                if wait > 0:
+                    t.sleep_ms(wait)
+
+
+def _console_writer():
+    out = getattr(sys.stdout, "buffer", None)
+    if out is not None:
+        return out.write
+    return lambda b: sys.stdout.write(b.decode())
+
+
+def main(path):
+    """Validate ``path`` (a JSON config), then run; a config error stops the board with its key."""
+    import json
+    import boards
+    try:
+        profile = boards.load()
+    except ValueError as e:
+        print("boot error: %s" % e)
+        sys.exit(1)
+    try:
+        try:
+            f = open(path)
+        except OSError:
+            raise ConfigError("%s: cannot open the config file" % path)
+        try:
+            raw = json.load(f)
+        except ValueError:
+            raise ConfigError("%s: not valid JSON" % path)
+        finally:
+            f.close()
+        cfg = validate(raw, profile)
+    except ConfigError as e:
+        print("config error: %s" % e)
+        sys.exit(2)
+    app = App(cfg, profile)
+    app.boot()
+    app.run()

@@ -1,0 +1,56 @@
+"""Board profiles: plain data, one module per board, chosen once at start-up.
+
+    profile = load()            # from sys.platform / sys.implementation._machine
+    profile = load("pico_w")
+
+A profile is a dict ``PROFILE`` with:
+
+* ``name``; ``transport``: "mqtt" (over Wi-Fi or the host's network) or "serial"
+  (framed lines on the console UART, for a gateway);
+* ``sensor``: "adc" (``machine.ADC`` on ``adc_pins``), "microbit" (pins
+  ``adc_pins``), or "stimulus" (readings from the config, for rigs);
+* ``entropy``: "urandom" (``os.urandom``, a hardware source) or "getrandbits" (the
+  port's ``random`` PRNG, weaker: reported in the board's status);
+* ``wifi``: needs ``wifi_ssid``/``wifi_password`` in the config;
+* ``ring_path``, ``ledger_path``: default files on the board's file system;
+* ``float_bits``: width of the port's floats (the firmware computes no private
+  value in floating point; the rigs report it).
+
+Adding a board is adding a file. On a flat file system (micro:bit) the deploy tool
+copies the board's profile as ``board.py``; ``load`` falls back to it.
+"""
+import sys
+
+# (sys.platform, text in sys.implementation._machine, profile)
+_DETECT = (
+    ("esp32", "", "esp32"),
+    ("rp2", "Pico W", "pico_w"),
+    ("rp2", "", "pico"),
+    ("microbit", "", "microbit"),
+    ("linux", "", "unix"),
+    ("darwin", "", "unix"),
+)
+
+
+def detect():
+    """The profile name for the running port, or None."""
+    machine = getattr(sys.implementation, "_machine", "")
+    for plat, text, name in _DETECT:
+        if sys.platform == plat and text in machine:
+            return name
+    return None
+
+
+def load(name=None):
+    """The ``PROFILE`` dict of board ``name`` (default: the detected board)."""
+    if name is None:
+        name = detect()
+        if name is None:
+            raise ValueError("unknown board: platform %r; name one in the config" % sys.platform)
+    try:
+        mod = __import__("boards." + name, None, None, ("PROFILE",))
+    except ImportError:
+        mod = __import__("board")
+        if mod.PROFILE["name"] != name:
+            raise ValueError("board.py is %s, not %s" % (mod.PROFILE["name"], name))
+    return mod.PROFILE

@@ -1,0 +1,12 @@
+"""Raspberry Pi Pico (no radio): ADC0..2 on GP26..28, framed lines over USB serial to a gateway."""
+PROFILE = {
+    "name": "pico",
+    "transport": "serial",
+    "sensor": "adc",
+    "adc_pins": (26, 27, 28),
+    "entropy": "urandom",
+    "wifi": False,
+    "ring_path": None,
+    "ledger_path": "ledger.bin",
+    "float_bits": 32,
+}

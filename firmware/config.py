@@ -1,0 +1,181 @@
+"""Provisioning config: checked once at start-up; every error names its key.
+
+    cfg = validate(json.load(open("config.json")), PROFILE)
+    # ConfigError("epsilon: must be a decimal > 0 (a string such as \\"0.5\\")")
+
+The config is a flat JSON object. Numbers that are privacy parameters are decimal
+strings (``"epsilon": "0.5"``) and become exact fractions; JSON floats are refused.
+Keys, with defaults where a key is optional:
+
+* ``device_id`` (1..2**32-1), ``config_id`` (0..65535, default 0)
+* ``columns``: 1..16 objects ``{num, den, offset, raw_min, raw_max, delta_q}`` (ints:
+  the affine scaling of docs/protocol.md 4.1 and the relaxed sensitivity in quanta)
+* ``epsilon`` (per column, decimal string), ``centre`` (one int per column, quanta)
+* ``window_records`` or ``window_seconds`` (exactly one), ``window_cap`` (decimal
+  string, at least the epsilon of one record)
+* boards with MQTT: ``broker_host``, ``broker_password``, ``broker_port`` (1883, or
+  8883 with TLS), ``broker_user`` (``d<device_id>``), ``broker_tls`` (false),
+  ``broker_ca`` (CA certificate, DER, to verify the broker with: MicroPython's
+  mbedTLS rejects PEM), ``client_id``, ``keepalive``
+  (60 s), ``max_inflight`` (8 records), ``ack_timeout_ms`` (10000),
+  ``backoff_max_ms`` (30000), ``ring_path``, ``ring_records`` (64), ``ring_bytes`` (16384)
+* boards with Wi-Fi: ``wifi_ssid``, ``wifi_password``
+* ``ledger_path``, ``period_ms`` (1000), ``stimulus`` (boards whose sensor is a
+  stimulus source: a file of readings, one per line, or a list of readings)
+"""
+
+try:
+    from shared_protocol.fixedpoint import parse_decimal
+except ImportError:
+    from fixedpoint import parse_decimal
+
+_U32 = 0xFFFFFFFF
+_COLUMN_KEYS = ("num", "den", "offset", "raw_min", "raw_max", "delta_q")
+_KEYS = ("device_id", "config_id", "columns", "epsilon", "centre", "window_records",
+         "window_seconds", "window_cap", "broker_host", "broker_port", "broker_user",
+         "broker_password", "broker_tls", "broker_ca", "client_id", "keepalive",
+         "max_inflight", "ack_timeout_ms", "backoff_max_ms", "ring_path", "ring_records",
+         "ring_bytes", "wifi_ssid", "wifi_password", "ledger_path", "period_ms", "stimulus")
+_BIG = 1 << 62
+
+
+class ConfigError(ValueError):
+    """``"<key>: <what is wrong>"``."""
+
+
+def _int(raw, key, lo, hi, default=None, name=None):
+    v = raw.get(key, default)
+    name = name or key
+    if v is None:
+        raise ConfigError("%s: required" % name)
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ConfigError("%s: must be an int" % name)
+    if v < lo or v > hi:
+        raise ConfigError("%s: must be in %d..%d" % (name, lo, hi))
+    return v
+
+
+def _dec(raw, key):
+    v = raw.get(key)
+    if v is None:
+        raise ConfigError("%s: required" % key)
+    try:
+        return parse_decimal(v)
+    except ValueError:
+        raise ConfigError('%s: must be a decimal > 0 (a string such as "0.5")' % key)
+
+
+def _str(raw, key, default=None, empty=False):
+    v = raw.get(key, default)
+    if v is None:
+        raise ConfigError("%s: required" % key)
+    if not isinstance(v, str) or (not v and not empty):
+        raise ConfigError("%s: must be a%s string" % (key, "" if empty else " non-empty"))
+    return v
+
+
+def _columns(raw):
+    cols = raw.get("columns")
+    if cols is None:
+        raise ConfigError("columns: required")
+    if not isinstance(cols, list) or not 1 <= len(cols) <= 16:
+        raise ConfigError("columns: must be a list of 1..16 column objects")
+    out = []
+    for j in range(len(cols)):
+        c = cols[j]
+        where = "columns[%d]" % j
+        if not isinstance(c, dict):
+            raise ConfigError("%s: must be an object with %s" % (where, ", ".join(_COLUMN_KEYS)))
+        for k in c:
+            if k not in _COLUMN_KEYS:
+                raise ConfigError("%s.%s: unknown key" % (where, k))
+        num = _int(c, "num", -_BIG, _BIG, name=where + ".num")
+        den = _int(c, "den", 1, _BIG, name=where + ".den")
+        off = _int(c, "offset", -_BIG, _BIG, name=where + ".offset")
+        lo = _int(c, "raw_min", -_BIG, _BIG, name=where + ".raw_min")
+        hi = _int(c, "raw_max", -_BIG, _BIG, name=where + ".raw_max")
+        dq = _int(c, "delta_q", 1, _BIG, name=where + ".delta_q")
+        if num == 0:
+            raise ConfigError("%s.num: must be non-zero" % where)
+        if hi < lo:
+            raise ConfigError("%s.raw_max: must be >= raw_min" % where)
+        out.append((num, den, off, lo, hi, dq))
+    return out
+
+
+def validate(raw, profile):
+    """The checked config as a new dict (defaults filled in); ConfigError names the key."""
+    if not isinstance(raw, dict):
+        raise ConfigError("config: must be a JSON object")
+    for k in raw:
+        if k not in _KEYS:
+            raise ConfigError("%s: unknown key" % k)
+    c = {}
+    dev = c["device_id"] = _int(raw, "device_id", 1, _U32)
+    c["config_id"] = _int(raw, "config_id", 0, 0xFFFF, 0)
+    cols = c["columns"] = _columns(raw)
+    m = len(cols)
+    if profile.get("adc_pins") is not None and m > len(profile["adc_pins"]):
+        raise ConfigError("columns: board %s has %d ADC inputs" % (profile["name"], len(profile["adc_pins"])))
+    eps = c["epsilon"] = _dec(raw, "epsilon")
+    centre = raw.get("centre")
+    if (not isinstance(centre, list) or len(centre) != m
+            or [v for v in centre if not isinstance(v, int) or isinstance(v, bool)]):
+        raise ConfigError("centre: must be a list of %d ints (one per column, in quanta)" % m)
+    c["centre"] = centre
+    wr = raw.get("window_records")
+    ws = raw.get("window_seconds")
+    if (wr is None) == (ws is None):
+        raise ConfigError("window_records: set exactly one of window_records and window_seconds")
+    c["window_records"] = _int(raw, "window_records", 1, _U32) if ws is None else 0
+    c["window_seconds"] = _int(raw, "window_seconds", 1, _U32) if wr is None else 0
+    cap = c["window_cap"] = _dec(raw, "window_cap")
+    if cap[0] * eps[1] < m * eps[0] * cap[1]:
+        raise ConfigError("window_cap: must be at least the epsilon of one record (%d x %s)"
+                          % (m, raw["epsilon"]))
+    if profile["transport"] == "mqtt":
+        c["broker_host"] = _str(raw, "broker_host")
+        tls = c["broker_tls"] = raw.get("broker_tls", False)
+        if not isinstance(tls, bool):
+            raise ConfigError("broker_tls: must be true or false")
+        c["broker_port"] = _int(raw, "broker_port", 1, 0xFFFF, 8883 if tls else 1883)
+        c["broker_user"] = _str(raw, "broker_user", "d%d" % dev)
+        c["broker_password"] = _str(raw, "broker_password")
+        c["broker_ca"] = _str(raw, "broker_ca") if "broker_ca" in raw else None
+        c["client_id"] = _str(raw, "client_id", "dpsense-d%d" % dev)
+        c["keepalive"] = _int(raw, "keepalive", 5, 3600, 60)
+        c["max_inflight"] = _int(raw, "max_inflight", 1, 32, 8)
+        c["ack_timeout_ms"] = _int(raw, "ack_timeout_ms", 200, 600000, 10000)
+        c["backoff_max_ms"] = _int(raw, "backoff_max_ms", 100, 3600000, 30000)
+        c["ring_path"] = _str(raw, "ring_path", profile.get("ring_path", "ring.bin"))
+        c["ring_records"] = _int(raw, "ring_records", 2, 65535, 64)
+        c["ring_bytes"] = _int(raw, "ring_bytes", 64, 1 << 30, 16384)
+        # A slot holds the 8-byte slot header, the reading (26 + 4m) and the correction (16).
+        slot = 8 + 26 + 4 * m + 16
+        if (c["ring_bytes"] - 16) // slot < 2:
+            raise ConfigError("ring_bytes: too small for 2 records of %d bytes" % slot)
+    if profile.get("wifi"):
+        c["wifi_ssid"] = _str(raw, "wifi_ssid")
+        c["wifi_password"] = _str(raw, "wifi_password", None, True)
+    c["ledger_path"] = _str(raw, "ledger_path", profile.get("ledger_path", "ledger.bin"))
+    c["period_ms"] = _int(raw, "period_ms", 0, 86400000, 1000)
+    if profile["sensor"] == "stimulus":
+        c["stimulus"] = _stimulus(raw.get("stimulus"), m)
+    return c
+
+
+def _stimulus(v, m):
+    if v is None:
+        raise ConfigError("stimulus: required (a file of readings or a list of readings)")
+    if isinstance(v, str):
+        if not v:
+            raise ConfigError("stimulus: must be a non-empty path")
+        return v
+    if not isinstance(v, list):
+        raise ConfigError("stimulus: must be a path or a list of readings")
+    for i in range(len(v)):
+        r = v[i]
+        if (not isinstance(r, list) or len(r) != m
+                or [x for x in r if not isinstance(x, int) or isinstance(x, bool)]):
+            raise ConfigError("stimulus[%d]: must be a list of %d ints" % (i, m))
+    return v

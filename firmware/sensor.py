@@ -1,0 +1,81 @@
+"""Sensor HAL: ``read()`` returns one raw reading (a list of ints, one per column).
+
+    s = Stimulus([[10, 20], [11, 21]])     # or Stimulus("readings.txt"): "10,20" per line
+    s.read()                                # [10, 20]; None once the source is exhausted
+    a = make({"sensor": "adc", "adc_pins": (26, 27)}, 2)    # machine.ADC, 0..65535 codes
+
+``Stimulus`` is the rig's sensor: tests inject known raw values and check what the
+board sends. ``Analog`` wraps ``machine.ADC`` (ESP32, RP2040) and ``MicrobitAnalog``
+the micro:bit's pins; both report ``read_u16`` codes, 0..65535, so a column's
+provisioned scaling does not depend on the board's ADC width. ``machine`` and
+``microbit`` are imported only by ``make`` on the boards that have them.
+"""
+
+
+class Stimulus:
+    """Readings from a list, or from a text file read one line at a time (RAM)."""
+
+    def __init__(self, source, ncols):
+        self.ncols = ncols
+        self.count = 0
+        self._rows = None
+        self._f = None
+        if isinstance(source, str):
+            self._f = open(source)
+        else:
+            self._rows = source
+
+    def read(self):
+        if self._rows is not None:
+            if self.count >= len(self._rows):
+                return None
+            row = self._rows[self.count]
+        else:
+            row = None
+            while row is None:
+                line = self._f.readline()
+                if not line:
+                    self._f.close()
+                    return None
+                line = line.strip()
+                if line and line[0] != "#":
+                    row = [int(x) for x in line.split(",")]
+        if len(row) != self.ncols:
+            raise ValueError("stimulus reading %d has %d values for %d columns"
+                             % (self.count, len(row), self.ncols))
+        self.count += 1
+        return list(row)
+
+
+class Analog:
+    """``machine.ADC`` channels, one per column."""
+
+    def __init__(self, adcs):
+        self._adcs = adcs
+
+    def read(self):
+        return [a.read_u16() for a in self._adcs]
+
+
+class MicrobitAnalog:
+    """micro:bit pins: ``read_analog()`` is 0..1023, rescaled to 0..65535."""
+
+    def __init__(self, pins):
+        self._pins = pins
+
+    def read(self):
+        return [(p.read_analog() * 65535 + 511) // 1023 for p in self._pins]
+
+
+def make(profile, ncols, stimulus=None):
+    """The sensor the board profile names, for ``ncols`` columns."""
+    kind = profile["sensor"]
+    if kind == "stimulus":
+        return Stimulus(stimulus, ncols)
+    if kind == "adc":
+        from machine import ADC, Pin
+        return Analog([ADC(Pin(p)) for p in profile["adc_pins"][:ncols]])
+    if kind == "microbit":
+        import microbit
+        return MicrobitAnalog([getattr(microbit, "pin%d" % p) for p in profile["adc_pins"][:ncols]])
+    raise ValueError("unknown sensor kind %r" % kind)

@@ -1,0 +1,33 @@
+"""Rigs: where the firmware runs. One interface, one table of boards.
+
+Every rig offers ``deploy(paths)``, ``put(name, data)``, ``start(config, stimulus)``, ``expect(pattern,
+timeout_s)``, ``exec(code)``, ``stop()``, ``reset()`` and ``close()``, plus ``cloud``
+(the broker, ingest and relay of rigs/cloud.py) and ``config(device_id, **keys)``
+(a provisioning config that reaches that cloud). Failure text names the log file.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class RigError(AssertionError):
+    """The device did not do what the test expected; the text names the log file."""
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    transport: str          # "mqtt" or "serial"
+    float_bits: int
+    rigs: tuple[str, ...]   # rigs that can run this board
+
+
+BOARDS = {b.name: b for b in (
+    Board("unix", "mqtt", 64, ("unix",)),
+    Board("esp32", "mqtt", 32, ("serial",)),
+    Board("pico_w", "mqtt", 32, ("serial",)),
+    Board("pico", "serial", 32, ("serial",)),
+    Board("microbit", "serial", 32, ("qemu", "serial")),
+)}
+
+DEFAULT_BOARD = {"unix": "unix", "qemu": "microbit", "serial": None}

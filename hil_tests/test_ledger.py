@@ -1,0 +1,26 @@
+"""The privacy ledger stops releasing at a window's cap and says so on the status topic."""
+from __future__ import annotations
+
+from .helpers import column
+
+
+def test_ledger_stops_each_window_at_its_cap(rig):
+    # one column at epsilon 1/4, cap 1 per window of 10 readings: 4 released, 6 withheld
+    cfg = rig.config(7, columns=[column(20)], epsilon="0.25", centre=[0], window_records=10,
+                     window_cap="1", period_ms=0)
+    rig.start(cfg, stimulus=[[i] for i in range(30)])
+    rig.expect("boot ok")
+    for w in range(3):
+        rig.expect(r"ledger: window %d cap 1 reached \(spent 1\); withholding readings until window %d"
+                   % (w, w + 1), 10)
+    rig.expect("stimulus done: 30 readings, 12 released", 10)
+    rig.cloud.wait_readings(12, 20)
+    rig.expect("idle: ", 10)
+    rows = rig.cloud.readings()
+    assert len(rows) == 12
+    assert sorted(r.seq for r in rows) == list(range(12))     # withheld readings take no seq
+    rig.cloud.wait(lambda: len(rig.cloud.status_events("window_cap")) >= 3, 10, "3 window_cap statuses")
+    caps = rig.cloud.status_events("window_cap")
+    assert [(s["window"], s["spent"], s["cap"], s["eps_record"], s["withheld"]) for s in caps] == \
+        [(w, "1", "1", "1/4", 1) for w in range(3)]
+    assert [s["released"] for s in caps] == [4, 8, 12]

@@ -1,0 +1,126 @@
+"""firmware/config.py: one table of bad configs, each error naming its key."""
+from tests.portable import fwutil  # noqa: F401  (puts firmware/ on the path)
+from config import ConfigError, validate
+from boards import unix, esp32, microbit
+
+UNIX = unix.PROFILE
+
+
+def _base():
+    return {
+        "device_id": 7,
+        "columns": [{"num": 1, "den": 1, "offset": 0, "raw_min": -1000, "raw_max": 1000, "delta_q": 50},
+                    {"num": 3300, "den": 65535, "offset": 0, "raw_min": 0, "raw_max": 65535, "delta_q": 40}],
+        "epsilon": "0.5",
+        "centre": [0, 1650],
+        "window_records": 100,
+        "window_cap": "10",
+        "broker_host": "127.0.0.1",
+        "broker_password": "secret",
+        "stimulus": "readings.txt",
+    }
+
+
+def _with(**changes):
+    c = _base()
+    for k in changes:
+        if changes[k] is _DROP:
+            del c[k]
+        else:
+            c[k] = changes[k]
+    return c
+
+
+_DROP = object()
+
+
+def _col(**changes):
+    c = _base()["columns"]
+    for k in changes:
+        if changes[k] is _DROP:
+            del c[0][k]
+        else:
+            c[0][k] = changes[k]
+    return c
+
+
+# (config, board profile, the key the message must start with)
+BAD = (
+    (_with(epsilon="-1"), UNIX, "epsilon"),
+    (_with(epsilon=0.5), UNIX, "epsilon"),                # a float: not exact
+    (_with(epsilon="1e-3"), UNIX, "epsilon"),
+    (_with(epsilon=_DROP), UNIX, "epsilon"),
+    (_with(device_id=0), UNIX, "device_id"),
+    (_with(device_id=2 ** 32), UNIX, "device_id"),
+    (_with(device_id="7"), UNIX, "device_id"),
+    (_with(device_id=_DROP), UNIX, "device_id"),
+    (_with(device_id=True), UNIX, "device_id"),
+    (_with(config_id=70000), UNIX, "config_id"),
+    (_with(columns=[]), UNIX, "columns"),
+    (_with(columns=_DROP), UNIX, "columns"),
+    (_with(columns=_col(delta_q=0)), UNIX, "columns[0].delta_q"),
+    (_with(columns=_col(num=0)), UNIX, "columns[0].num"),
+    (_with(columns=_col(den=-1)), UNIX, "columns[0].den"),
+    (_with(columns=_col(raw_max=-2000)), UNIX, "columns[0].raw_max"),
+    (_with(columns=_col(offset=_DROP)), UNIX, "columns[0].offset"),
+    (_with(columns=_col(scale=2)), UNIX, "columns[0].scale"),
+    (_with(centre=[0]), UNIX, "centre"),
+    (_with(centre=[0, 1.5]), UNIX, "centre"),
+    (_with(window_records=_DROP), UNIX, "window_records"),
+    (_with(window_seconds=60), UNIX, "window_records"),
+    (_with(window_records=0), UNIX, "window_records"),
+    (_with(window_cap="0.5"), UNIX, "window_cap"),        # below 2 x 0.5 per record
+    (_with(window_cap=_DROP), UNIX, "window_cap"),
+    (_with(broker_host=""), UNIX, "broker_host"),
+    (_with(broker_port=0), UNIX, "broker_port"),
+    (_with(broker_port=65536), UNIX, "broker_port"),
+    (_with(broker_password=_DROP), UNIX, "broker_password"),
+    (_with(broker_tls="yes"), UNIX, "broker_tls"),
+    (_with(keepalive=1), UNIX, "keepalive"),
+    (_with(ring_records=1), UNIX, "ring_records"),
+    (_with(ring_bytes=100), UNIX, "ring_bytes"),
+    (_with(period_ms=-1), UNIX, "period_ms"),
+    (_with(stimulus=_DROP), UNIX, "stimulus"),
+    (_with(stimulus=[[1, 2], [3]]), UNIX, "stimulus[1]"),
+    (_with(epsilion="0.5"), UNIX, "epsilion"),            # a typo is an unknown key
+    (_base(), esp32.PROFILE, "wifi_ssid"),
+    (_with(wifi_ssid="x", columns=_base()["columns"] * 4, centre=[0] * 8), esp32.PROFILE, "columns"),
+)
+
+
+def test_every_bad_config_names_its_key():
+    for cfg, profile, key in BAD:
+        try:
+            validate(cfg, profile)
+        except ConfigError as e:
+            msg = str(e)
+            assert msg.startswith(key + ": "), (key, msg)
+        else:
+            raise AssertionError("accepted a bad %s: %r" % (key, cfg.get(key.split("[")[0].split(".")[0])))
+
+
+def test_epsilon_message_says_what_is_expected():
+    try:
+        validate(_with(epsilon="-1"), UNIX)
+    except ConfigError as e:
+        assert str(e).startswith("epsilon: must be a decimal > 0")
+    else:
+        raise AssertionError("accepted epsilon -1")
+
+
+def test_valid_config_gets_exact_fractions_and_defaults():
+    c = validate(_base(), UNIX)
+    assert c["epsilon"] == (1, 2) and c["window_cap"] == (10, 1)
+    assert c["columns"][1] == (3300, 65535, 0, 0, 65535, 40)
+    assert (c["broker_port"], c["broker_user"], c["client_id"]) == (1883, "d7", "dpsense-d7")
+    assert (c["config_id"], c["keepalive"], c["period_ms"]) == (0, 60, 1000)
+    assert (c["window_records"], c["window_seconds"]) == (100, 0)
+    assert c["ring_path"] == "ring.bin" and c["broker_ca"] is None
+    assert validate(_with(broker_tls=True), UNIX)["broker_port"] == 8883
+    assert validate(_with(window_records=_DROP, window_seconds=60), UNIX)["window_seconds"] == 60
+
+
+def test_serial_boards_need_no_broker():
+    cfg = _with(broker_host=_DROP, broker_password=_DROP, stimulus=_DROP)
+    c = validate(cfg, microbit.PROFILE)
+    assert "broker_host" not in c and "ring_path" not in c

@@ -1,0 +1,98 @@
+"""firmware/ledger.py: exact epsilon arithmetic, window caps, persistence across resets."""
+from tests.portable import fwutil
+from tests.portable.util import raises
+from ledger import CAPPED, OK, WITHHELD, Ledger, frac_text
+from shared_protocol.fixedpoint import Affine, parse_decimal
+from shared_protocol.mechanism import Column, RecordMechanism
+from shared_protocol.rng import XorShift32
+
+
+def _codes(led, n):
+    return [led.charge() for _ in range(n)]
+
+
+def test_row_epsilon_is_the_exact_sum_over_columns():
+    # three columns at "0.1": 3/10 per record, not 0.30000000000000004
+    ident = Affine(1, 1, 0, -100, 100)
+    cols = [Column(ident, 5, parse_decimal("0.1")) for _ in range(3)]
+    row = RecordMechanism(cols, [0, 0, 0], XorShift32(1)).epsilon_row()
+    assert row == (3, 10)
+    led = Ledger(row, parse_decimal("0.9"), window_records=100)
+    assert _codes(led, 4) == [OK, OK, OK, CAPPED]      # 3 x 3/10 = 9/10 exactly: the cap
+    assert led.spent_text() == "9/10" and led.cap_text() == "9/10"
+
+
+def test_cap_in_a_different_denominator():
+    # row 1/3, cap 1/2: units of 1/6, row 2, cap 3; a second record would be 4/6 > 3/6
+    led = Ledger((1, 3), (1, 2), window_records=10)
+    assert (led.unit_den, led.row, led.cap) == (6, 2, 3)
+    assert _codes(led, 3) == [OK, CAPPED, WITHHELD]
+    assert led.spent_text() == "1/3" and led.withheld == 2
+
+
+def test_window_of_records_reopens_after_its_length():
+    led = Ledger((1, 4), (1, 1), window_records=10)
+    first = _codes(led, 10)
+    assert first == [OK] * 4 + [CAPPED] + [WITHHELD] * 5
+    assert led.window == 0
+    assert _codes(led, 5) == [OK] * 4 + [CAPPED]
+    assert led.window == 1 and led.withheld == 1
+    assert led.total_text() == "2"
+
+
+def test_window_of_seconds_follows_the_clock():
+    clock = fwutil.FakeClock(0)
+    led = Ledger((1, 2), (1, 1), window_seconds=60, clock=clock)
+    assert _codes(led, 3) == [OK, OK, CAPPED]
+    clock.ms = 59999
+    assert led.charge() == WITHHELD
+    clock.ms = 60000
+    assert _codes(led, 3) == [OK, OK, CAPPED]
+    assert led.window == 1
+
+
+def test_spend_survives_a_reset_within_the_window():
+    p = fwutil.scratch("ledger")
+    led = Ledger((1, 4), (1, 1), window_records=10, path=p)
+    assert _codes(led, 3) == [OK] * 3
+    led.close()                              # (a kill -9 leaves the same file: saved per spend)
+    led = Ledger((1, 4), (1, 1), window_records=10, path=p)
+    assert (led.window, led.spent, led.reads) == (0, 3, 3)
+    assert _codes(led, 2) == [OK, CAPPED]    # only one record of budget was left
+    led.close()
+    fwutil.remove(p)
+
+
+def test_a_new_window_after_the_reset_starts_fresh():
+    p = fwutil.scratch("ledger2")
+    led = Ledger((1, 4), (1, 1), window_records=4, path=p)
+    assert _codes(led, 4) == [OK] * 4        # reads 0..3 = all of window 0
+    led.close()
+    led = Ledger((1, 4), (1, 1), window_records=4, path=p)
+    assert led.window == 1 and led.spent == 0
+    led.close()
+    fwutil.remove(p)
+
+
+def test_reprovisioned_units_round_the_spend_up():
+    p = fwutil.scratch("ledger3")
+    led = Ledger((1, 3), (1, 1), window_records=100, path=p)     # units of 1/3
+    assert led.charge() == OK
+    led.close()
+    led = Ledger((1, 4), (1, 1), window_records=100, path=p)     # units of 1/4: 1/3 -> 2/4
+    assert led.spent == 2 and led.spent_text() == "1/2"
+    led.close()
+    fwutil.remove(p)
+
+
+def test_bad_parameters():
+    raises(ValueError, Ledger, (1, 2), (1, 3), 10)               # cap below one record
+    raises(ValueError, Ledger, (1, 2), (1, 1))                   # no window
+    raises(ValueError, Ledger, (1, 2), (1, 1), 10, 10)           # two windows
+    raises(ValueError, Ledger, (0, 2), (1, 1), 10)
+
+
+def test_frac_text():
+    assert frac_text(6, 4) == "3/2"
+    assert frac_text(4, 2) == "2"
+    assert frac_text(0, 5) == "0"

@@ -1,0 +1,197 @@
+"""firmware/uplink.py with a fake broker socket: resends after a loss are the stored bytes, DUP set."""
+from tests.portable import fwutil
+from ring import Ring
+from mqtt import MQTTClient
+from uplink import CORRECTIONS, Uplink, record_pid
+
+CONNACK = b"\x20\x02\x00\x00"
+
+
+def _packets(data):
+    """[(type, dup, topic, pid, payload)] parsed from client bytes: an independent decoder."""
+    out = []
+    i = 0
+    while i < len(data):
+        first = data[i]
+        i += 1
+        n = 0
+        shift = 0
+        while True:
+            b = data[i]
+            i += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        body = bytes(data[i:i + n])
+        i += n
+        if first & 0xF0 == 0x30:
+            tl = (body[0] << 8) | body[1]
+            topic = body[2:2 + tl]
+            pid = (body[2 + tl] << 8) | body[3 + tl]
+            out.append((0x30, bool(first & 0x08), topic, pid, body[4 + tl:]))
+        else:
+            out.append((first & 0xF0, False, b"", 0, body))
+    return out
+
+
+def _puback(pid):
+    return bytes([0x40, 2, pid >> 8, pid & 0xFF])
+
+
+class _Opener:
+    def __init__(self):
+        self.socks = []
+        self.fail = 0
+
+    def __call__(self):
+        if self.fail:
+            self.fail -= 1
+            raise OSError(111)
+        s = fwutil.FakeSock(CONNACK)
+        self.socks.append(s)
+        return s
+
+
+def _rec(i):
+    return bytes([1, 1, 1, 0]) + bytes([i]) * 26, bytes([1, 2, 0, 0]) + bytes([i + 100]) * 12
+
+
+def _setup(name, max_inflight=8):
+    p = fwutil.scratch(name)
+    clock = fwutil.FakeClock(1000)
+    ring = Ring(p, 30, 16, 1 << 20)
+    client = MQTTClient("dpsense-d7", "d7", "pw", 60, clock=clock)
+    op = _Opener()
+    up = Uplink(client, ring, op, b"dpsense/readings/d7", b"dpsense/status/d7", clock,
+                fwutil.RandomBits(), max_inflight, 5000, 250, 2000, None, lambda s: None)
+    return p, clock, ring, op, up
+
+
+def test_publishes_both_messages_of_each_record_and_acks_free_the_ring():
+    p, clock, ring, op, up = _setup("up1")
+    for i in range(3):
+        ring.put(*_rec(i))
+    up.service()
+    pubs = [x for x in _packets(op.socks[0].tx) if x[0] == 0x30]
+    assert [(x[2], x[3], x[1]) for x in pubs] == [
+        (b"dpsense/readings/d7", record_pid(0, 0), False), (CORRECTIONS, record_pid(0, 1), False),
+        (b"dpsense/readings/d7", record_pid(1, 0), False), (CORRECTIONS, record_pid(1, 1), False),
+        (b"dpsense/readings/d7", record_pid(2, 0), False), (CORRECTIONS, record_pid(2, 1), False)]
+    assert [x[4] for x in pubs[:2]] == list(_rec(0))
+    op.socks[0].feed(_puback(record_pid(0, 0)) + _puback(record_pid(0, 1)) + _puback(record_pid(1, 0)))
+    up.service()
+    assert (ring.pending, ring.tail, ring.parts(1)) == (2, 1, 2)
+    ring.close()
+    fwutil.remove(p)
+
+
+def test_after_a_loss_unacknowledged_messages_are_resent_identically_with_dup():
+    p, clock, ring, op, up = _setup("up2")
+    for i in range(3):
+        ring.put(*_rec(i))
+    up.service()
+    first = {x[3]: x for x in _packets(op.socks[0].tx) if x[0] == 0x30}
+    op.socks[0].feed(_puback(record_pid(0, 0)) + _puback(record_pid(0, 1)) + _puback(record_pid(1, 0)))
+    up.service()
+    op.socks[0].hang_up()
+    up.service()                          # notices the loss
+    assert not up.up and op.socks[0].closed
+    ring.put(*_rec(3))                    # sampling goes on meanwhile
+    up.service()                          # reconnects at once, then backs off on failures
+    assert up.up and len(op.socks) == 2
+    again = [x for x in _packets(op.socks[1].tx) if x[0] == 0x30]
+    assert [x[3] for x in again] == [record_pid(1, 1), record_pid(2, 0), record_pid(2, 1),
+                                     record_pid(3, 0), record_pid(3, 1)]
+    for x in again[:3]:
+        assert x[1] is True                                  # DUP
+        assert x[2:] == first[x[3]][2:]                      # same topic, id, payload bytes
+    assert [x[1] for x in again[3:]] == [False, False]       # never sent before
+    assert up.resent == 2
+    ring.close()
+    fwutil.remove(p)
+
+
+def test_reconnect_backs_off_exponentially_up_to_the_cap():
+    p, clock, ring, op, up = _setup("up3")
+    op.fail = 6
+    delays = []
+    for _ in range(6):
+        up.service()
+        delays.append(up._retry_at - clock.ms)
+        clock.ms = up._retry_at
+    assert delays == [250, 500, 1000, 2000, 2000, 2000]
+    up.service()
+    assert up.up
+    ring.close()
+    fwutil.remove(p)
+
+
+def test_a_missing_puback_forces_a_reconnect_and_a_resend():
+    p, clock, ring, op, up = _setup("up4")
+    ring.put(*_rec(0))
+    up.service()
+    clock.ms += 5001
+    up.service()
+    assert not up.up
+    clock.ms = up._retry_at
+    up.service()
+    again = [x for x in _packets(op.socks[1].tx) if x[0] == 0x30]
+    assert [(x[1], x[3]) for x in again] == [(True, record_pid(0, 0)), (True, record_pid(0, 1))]
+    ring.close()
+    fwutil.remove(p)
+
+
+def test_records_found_in_the_ring_at_boot_go_out_with_dup():
+    p = fwutil.scratch("up5")
+    ring = Ring(p, 30, 16, 1 << 20)
+    ring.put(*_rec(0))
+    ring.close()
+    p2, clock, unused, op, _ = _setup("up5-unused")
+    unused.close()
+    ring = Ring(p, 30, 16, 1 << 20)
+    up = Uplink(MQTTClient("c", "d7", "pw", 60, clock=clock), ring, op, b"r", b"s", clock,
+                fwutil.RandomBits(), log=lambda s: None)
+    up.service()
+    pubs = [x for x in _packets(op.socks[0].tx) if x[0] == 0x30]
+    assert [(x[1], x[4]) for x in pubs] == [(True, _rec(0)[0]), (True, _rec(0)[1])]
+    ring.close()
+    fwutil.remove(p)
+    fwutil.remove(p2)
+
+
+def test_status_messages_wait_for_the_broker_and_are_acknowledged():
+    p, clock, ring, op, up = _setup("up6")
+    op.fail = 1
+    up.status(b'{"event":"boot"}')
+    up.service()
+    assert not up.up
+    clock.ms = up._retry_at
+    up.service()
+    pubs = [x for x in _packets(op.socks[0].tx) if x[0] == 0x30]
+    assert [(x[2], x[4]) for x in pubs] == [(b"dpsense/status/d7", b'{"event":"boot"}')]
+    assert not up.idle()
+    op.socks[0].feed(_puback(pubs[0][3]))
+    up.service()
+    assert up.idle()
+    ring.close()
+    fwutil.remove(p)
+
+
+def test_a_broker_that_drops_us_before_any_ack_is_retried_with_backoff():
+    p, clock, ring, op, up = _setup("up7")
+    ring.put(*_rec(0))
+    up.service()
+    assert up.up
+    op.socks[0].hang_up()
+    up.service()                          # lost before any PUBACK: not a healthy connection
+    assert not up.up and up._retry_at - clock.ms == 250
+    clock.ms = up._retry_at
+    up.service()
+    op.socks[1].feed(_puback(record_pid(0, 0)))
+    up.service()                          # this one carried an ack: the backoff starts over
+    op.socks[1].hang_up()
+    up.service()
+    assert not up.up and up._retry_at == clock.ms
+    ring.close()
+    fwutil.remove(p)
