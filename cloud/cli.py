@@ -761,12 +761,43 @@ def do_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def parser_gateway(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", required=True, help="the board's serial port or pty (/dev/ttyACM0, /dev/pts/3)")
+    p.add_argument("--device-id", type=int, required=True,
+                   help="publish as device account d<ID> (password from the data dir or DPSENSE_BROKER_PASSWORD)")
+    p.add_argument("--baud", type=int, default=115200, help="serial speed (default 115200)")
+    p.add_argument("--idle-exit", type=float, help="stop after this many seconds without a byte")
+    add_common(p)
+
+
+def do_gateway(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from cloud.broker import BrokerError
+    from cloud.gateway import run
+    st = settings_from(args)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    try:
+        conn = connection_for(st, "d%d" % args.device_id, "unused")
+        run(args.port, args.device_id, st.broker_host, st.broker_port, conn.password, baud=args.baud,
+            stop=stop, idle_exit=args.idle_exit)
+    except KeyboardInterrupt:
+        pass
+    except (BrokerError, ConnectionError, OSError, ValueError) as e:
+        print("dpsense gateway: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {
     "demo": (do_demo, parser_demo, "the whole system on this machine: broker, analyst, correction server, "
                                    "a simulated fleet, and a report"),
     "perturb": (do_perturb, parser_perturb, "perturb a synthetic window with the board code and summarise it"),
     "broker": (do_broker, parser_broker, "run Mosquitto for dpsense and manage its accounts"),
     "ingest": (do_ingest, parser_ingest, "store records from the broker (QoS 1, acknowledged after commit)"),
+    "gateway": (do_gateway, parser_gateway, "relay a serial board's framed records to the broker as its device account"),
     "analyst": (do_analyst, parser_analyst, "ingest readings and detect outliers per window, with correction rounds"),
     "correction-server": (do_correction, parser_correction,
                           "ingest correction records and answer correction rounds (sees no values)"),

@@ -1,0 +1,347 @@
+"""Paper 3 (Jiang et al. 2013) on UCI Adult: DP-PCA error vs LAP/EXP, DP-LDA accuracy and AUC (SPEC 3.7).
+
+    cfg = Paper3Config(trials=1, epsilons=(0.5, 1.5), ks=(1, 5))
+    pca_rows, lda_rows, info = run_paper3(cfg)
+    write_outputs(cfg, pca_rows, lda_rows, info, "out/paper3", elapsed_s=1.0)
+
+Encoding (:func:`adult_matrix`): the numerics age, education-num, capital-gain,
+capital-loss, hours-per-week with public bounds (the UCI value ranges), then one-hot
+workclass (the 8 UCI levels, "Never-worked" has no row after dropping '?'),
+marital-status 7, relationship 6, race 5, sex 2, and for DP-PCA income 2: p = 35, the
+paper's count. DP-LDA uses income as the label and the other 33 columns as features.
+
+DP-PCA error: ``||X_pub - X||_F^2 / n`` in [0, 1] units after post-processing (numerics
+clipped, categoricals argmaxed), for non-private PCA, DP-PCA, LAP and EXP; LAP and EXP
+do not depend on k. DP-LDA: 2/3 of the rows (random per trial) are the private training
+data, the rest the test set; LDA and an entropy decision tree (the C4.5 stand-in) are
+trained on the synthetic records. The noise comes from numpy generators (fast float
+samplers; experiments only, see :mod:`cloud.privacy.publishing`).
+"""
+from __future__ import annotations
+
+import csv
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from cloud.privacy.publishing import (
+    Schema,
+    dp_lda_synthesise,
+    dp_pca_publish,
+    exponential_publish,
+    laplace_publish,
+)
+
+NUMERIC = (("age", 17.0, 90.0), ("education-num", 1.0, 16.0), ("capital-gain", 0.0, 99999.0),
+           ("capital-loss", 0.0, 4356.0), ("hours-per-week", 1.0, 99.0))
+CATEGORICAL = (
+    ("workclass", ("Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov",
+                   "Without-pay", "Never-worked")),
+    ("marital-status", ("Married-civ-spouse", "Divorced", "Never-married", "Separated", "Widowed",
+                        "Married-spouse-absent", "Married-AF-spouse")),
+    ("relationship", ("Wife", "Own-child", "Husband", "Not-in-family", "Other-relative", "Unmarried")),
+    ("race", ("White", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other", "Black")),
+    ("sex", ("Female", "Male")),
+)
+INCOME = ("income", ("<=50K", ">50K"))
+
+
+@dataclass(frozen=True)
+class Paper3Config:
+    """Settings; defaults are the fast run (about a minute), see ``--full`` for the paper's sizes."""
+
+    epsilons: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 1.25, 1.5)
+    ks: tuple[int, ...] = tuple(range(1, 11))
+    trials: int = 3
+    n: int | None = None                 # rows of Adult to use (None = all 45,222)
+    lda_synthetic: int | None = 5000     # synthetic records per DP-LDA run (None = as many as training rows)
+    exp_grid: int = 101
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.epsilons or any(not e > 0 for e in self.epsilons):
+            raise ValueError("epsilons must be > 0")
+        if not self.ks or any(not 1 <= k <= 35 for k in self.ks):
+            raise ValueError("k must be in 1..35")
+        if self.trials < 1:
+            raise ValueError("trials must be >= 1")
+        if self.n is not None and self.n < 100:
+            raise ValueError("n must be >= 100")
+        if self.lda_synthetic is not None and self.lda_synthetic < 10:
+            raise ValueError("lda_synthetic must be >= 10")
+        if self.exp_grid < 2:
+            raise ValueError("exp_grid must be >= 2")
+
+
+def adult_matrix(rows: Sequence[dict[str, object]], with_income: bool = True) -> tuple[np.ndarray, np.ndarray, Schema]:
+    """``(x, y, schema)``: the encoded Adult matrix, the label (income >50K) and its public schema."""
+    cats = CATEGORICAL + ((INCOME,) if with_income else ())
+    cols = [np.array([float(r[name]) for r in rows]) for name, _, _ in NUMERIC]  # type: ignore[arg-type]
+    for name, levels in cats:
+        index = {v: i for i, v in enumerate(levels)}
+        codes = np.array([index[str(r[name])] for r in rows])
+        cols.extend(np.eye(len(levels))[codes].T)
+    x = np.column_stack(cols)
+    y = np.array([1 if r["income"] == ">50K" else 0 for r in rows])
+    schema = Schema(bounds=tuple((lo, hi) for _, lo, hi in NUMERIC), levels=tuple(len(v) for _, v in cats))
+    return x, y, schema
+
+
+@dataclass(frozen=True)
+class PCARow:
+    trial: int
+    epsilon: float
+    k: int
+    method: str          # pca, dp-pca, lap, exp
+    error: float         # ||X_pub - X||_F^2 / n in [0, 1] units
+    negative_eigenvalues: int = 0
+
+
+@dataclass(frozen=True)
+class LDARow:
+    trial: int
+    epsilon: float       # nan for the non-private rows
+    method: str          # original (BA), majority (LA), dp-lda
+    classifier: str      # lda, tree
+    accuracy: float
+    auc: float
+
+
+def _pca_error(z: np.ndarray, k: int) -> np.ndarray:
+    mu = z.mean(axis=0)
+    w, v = np.linalg.eigh(np.cov(z.T, bias=True))
+    u = v[:, np.argsort(w)[::-1][:k]]
+    return (z - mu) @ u @ u.T + mu
+
+
+def run_pca(cfg: Paper3Config, x: np.ndarray, schema: Schema,
+            say: Callable[[str], None]) -> list[PCARow]:
+    z = schema.encode(x)
+    n = len(z)
+    rows: list[PCARow] = []
+
+    def err(out: np.ndarray) -> float:
+        return float(np.sum((out - z) ** 2) / n)
+
+    for k in cfg.ks:
+        rows.append(PCARow(0, float("nan"), k, "pca", err(schema.recover(_pca_error(z, k)))))
+    for t in range(cfg.trials):
+        for e in cfg.epsilons:
+            rng = np.random.default_rng([cfg.seed, t, int(round(e * 1000))])
+            for k in cfg.ks:
+                rel = dp_pca_publish(x, schema=schema, epsilon=e, k=k, noise=rng)
+                rows.append(PCARow(t, e, k, "dp-pca", err(rel.normalised), rel.negative_eigenvalues))
+            _, lap = laplace_publish(x, schema=schema, epsilon=e, noise=rng)
+            _, ex = exponential_publish(x, schema=schema, epsilon=e, grid=cfg.exp_grid, noise=rng)
+            for k in cfg.ks:
+                rows.append(PCARow(t, e, k, "lap", err(lap)))
+                rows.append(PCARow(t, e, k, "exp", err(ex)))
+            say("dp-pca trial %d/%d epsilon %g done" % (t + 1, cfg.trials, e))
+    return rows
+
+
+def _fit_score(xtr: np.ndarray, ytr: np.ndarray, xte: np.ndarray, yte: np.ndarray,
+               seed: int) -> dict[str, tuple[float, float]]:
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+    from sklearn.metrics import roc_auc_score
+    from sklearn.tree import DecisionTreeClassifier
+    out = {}
+    if len(np.unique(ytr)) < 2:
+        maj = float(np.mean(yte == ytr[0]))
+        return {"lda": (maj, 0.5), "tree": (maj, 0.5)}
+    models = {"lda": LinearDiscriminantAnalysis(solver="lsqr", shrinkage=1e-6),
+              "tree": DecisionTreeClassifier(criterion="entropy", min_samples_leaf=20, random_state=seed)}
+    for name, m in models.items():
+        m.fit(xtr, ytr)
+        acc = float(np.mean(m.predict(xte) == yte))
+        auc = float(roc_auc_score(yte, m.predict_proba(xte)[:, 1]))
+        out[name] = (acc, auc)
+    return out
+
+
+def run_lda(cfg: Paper3Config, x: np.ndarray, y: np.ndarray, schema: Schema,
+            say: Callable[[str], None]) -> list[LDARow]:
+    rows: list[LDARow] = []
+    n = len(x)
+    for t in range(cfg.trials):
+        perm = np.random.default_rng([cfg.seed, 99, t]).permutation(n)
+        tr, te = perm[: 2 * n // 3], perm[2 * n // 3:]
+        ztr, zte = schema.encode(x[tr]), schema.encode(x[te])
+        for clf, (acc, auc) in _fit_score(ztr, y[tr], zte, y[te], cfg.seed).items():
+            rows.append(LDARow(t, float("nan"), "original", clf, acc, auc))
+        maj = int(np.mean(y[tr]) >= 0.5)
+        for clf in ("lda", "tree"):
+            rows.append(LDARow(t, float("nan"), "majority", clf, float(np.mean(y[te] == maj)), 0.5))
+        for e in cfg.epsilons:
+            rng = np.random.default_rng([cfg.seed, 7, t, int(round(e * 1000))])
+            rel = dp_lda_synthesise(x[tr], y[tr], schema=schema, epsilon=e, n_synthetic=cfg.lda_synthetic,
+                                    noise=rng)
+            for clf, (acc, auc) in _fit_score(rel.normalised, rel.labels, zte, y[te], cfg.seed).items():
+                rows.append(LDARow(t, e, "dp-lda", clf, acc, auc))
+            say("dp-lda trial %d/%d epsilon %g done" % (t + 1, cfg.trials, e))
+    return rows
+
+
+def run_paper3(cfg: Paper3Config, progress: Callable[[str], None] | None = None,
+               rows: Sequence[dict[str, object]] | None = None) -> tuple[list[PCARow], list[LDARow], dict[str, object]]:
+    """Both experiments; ``rows`` defaults to :func:`cloud.datasets.load_adult`."""
+    say = progress or (lambda s: None)
+    if rows is None:
+        from cloud.datasets import load_adult
+        rows = load_adult()
+    if cfg.n is not None and cfg.n < len(rows):
+        idx = np.random.default_rng([cfg.seed, 5]).choice(len(rows), cfg.n, replace=False)
+        rows = [rows[i] for i in sorted(idx)]
+    x, y, schema = adult_matrix(rows, with_income=True)
+    say("Adult: %d rows, p = %d (%d numeric, %d categorical)" % (len(x), schema.p, schema.p1, schema.p2))
+    pca_rows = run_pca(cfg, x, schema, say)
+    xl, yl, schema_l = adult_matrix(rows, with_income=False)
+    lda_rows = run_lda(cfg, xl, yl, schema_l, say)
+    z = schema.encode(x)
+    w = np.sort(np.linalg.eigvalsh(np.cov(z.T, bias=True)))[::-1]
+    info = {"n": len(x), "p": schema.p, "p_lda": schema_l.p, "positives": int(y.sum()),
+            "energy_top10": float(w[:10].sum() / w.sum())}
+    return pca_rows, lda_rows, info
+
+
+def _ms(values: Sequence[float]) -> tuple[float, float]:
+    a = np.asarray(values, dtype=float)
+    return float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else 0.0
+
+
+def pca_summary(rows: Sequence[PCARow]) -> dict[tuple[str, float, int], tuple[float, float]]:
+    """Mean and sd of the error per (method, epsilon, k); PCA has epsilon nan -> key epsilon 0."""
+    groups: dict[tuple[str, float, int], list[float]] = {}
+    for r in rows:
+        key = (r.method, 0.0 if r.method == "pca" else r.epsilon, r.k)
+        groups.setdefault(key, []).append(r.error)
+    return {key: _ms(v) for key, v in groups.items()}
+
+
+def lda_summary(rows: Sequence[LDARow]) -> dict[tuple[str, str, float], dict[str, tuple[float, float]]]:
+    groups: dict[tuple[str, str, float], list[LDARow]] = {}
+    for r in rows:
+        key = (r.method, r.classifier, 0.0 if r.method != "dp-lda" else r.epsilon)
+        groups.setdefault(key, []).append(r)
+    return {key: {"accuracy": _ms([r.accuracy for r in v]), "auc": _ms([r.auc for r in v])}
+            for key, v in groups.items()}
+
+
+def markdown(cfg: Paper3Config, pca_rows: Sequence[PCARow], lda_rows: Sequence[LDARow],
+             info: dict[str, object], elapsed_s: float | None = None) -> str:
+    ps = pca_summary(pca_rows)
+    ls = lda_summary(lda_rows)
+    out = ["# Paper 3 on UCI Adult: DP-PCA and DP-LDA (SPEC 3.7)", "",
+           "n = %s rows, p = %s encoded columns for DP-PCA (%s for DP-LDA, income is the label); "
+           "%d trial(s); noise from numpy generators (experiment mode)."
+           % (info["n"], info["p"], info["p_lda"], cfg.trials), ""]
+    if elapsed_s is not None:
+        out += ["Run time %.0f s." % elapsed_s, ""]
+    out += ["## DP-PCA: error ||X_pub - X||_F^2 / n ([0, 1] units, after clipping and argmax)", "",
+            "LAP and EXP do not depend on k. Divide by p = %s for the per-entry MSE. The top 10 "
+            "eigenvalues of the (non-private) covariance carry %.1f %% of its trace."
+            % (info["p"], 100 * float(info.get("energy_top10", float("nan")))), ""]
+    head = "| epsilon | method | " + " | ".join("k=%d" % k for k in cfg.ks) + " |"
+    out += [head, "|" + "---|" * (len(cfg.ks) + 2)]
+    out.append("| - | PCA (no privacy) | " + " | ".join("%.3f" % ps[("pca", 0.0, k)][0] for k in cfg.ks) + " |")
+    for e in cfg.epsilons:
+        for m, label in (("dp-pca", "DP-PCA"), ("lap", "LAP"), ("exp", "EXP")):
+            cells = []
+            for k in cfg.ks:
+                mean, sd = ps[(m, e, k)]
+                cells.append("%.2f" % mean if m != "dp-pca" or cfg.trials == 1 else "%.2f ± %.2f" % (mean, sd))
+            out.append("| %g | %s | %s |" % (e, label, " | ".join(cells)))
+    out += ["", "## DP-LDA: classification on the real test third", "",
+            "| epsilon | classifier | accuracy | AUC |", "|---|---|---|---|"]
+    for clf in ("lda", "tree"):
+        for m, label in (("original", "BA (original data)"), ("majority", "LA (majority class)")):
+            s = ls[(m, clf, 0.0)]
+            out.append("| %s | %s | %.3f | %.3f |" % (label, clf, s["accuracy"][0], s["auc"][0]))
+    for e in cfg.epsilons:
+        for clf in ("lda", "tree"):
+            s = ls[("dp-lda", clf, e)]
+            out.append("| %g | %s | %.3f ± %.3f | %.3f ± %.3f |" % (e, clf, *s["accuracy"], *s["auc"]))
+    return "\n".join(out) + "\n"
+
+
+def plot(cfg: Paper3Config, pca_rows: Sequence[PCARow], lda_rows: Sequence[LDARow], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ps = pca_summary(pca_rows)
+    ls = lda_summary(lda_rows)
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
+    ks = list(cfg.ks)
+    ax[0].plot(ks, [ps[("pca", 0.0, k)][0] for k in ks], "k--", label="PCA (no privacy)")
+    for e in cfg.epsilons:
+        ax[0].plot(ks, [ps[("dp-pca", e, k)][0] for k in ks], marker="o", label="DP-PCA eps=%g" % e)
+    ax[0].set_xlabel("k")
+    ax[0].set_ylabel("||X_pub - X||_F^2 / n")
+    ax[0].set_title("DP-PCA error vs k")
+    ax[0].legend(fontsize=7)
+    es = list(cfg.epsilons)
+    kbest = min(ks)
+    for m, label in (("dp-pca", "DP-PCA (k=%d)" % kbest), ("lap", "LAP"), ("exp", "EXP")):
+        ax[1].plot(es, [ps[(m, e, kbest)][0] for e in es], marker="o", label=label)
+    ax[1].set_xlabel("epsilon")
+    ax[1].set_title("DP-PCA vs baselines")
+    ax[1].legend(fontsize=8)
+    for clf, style in (("lda", "-o"), ("tree", "-s")):
+        ax[2].plot(es, [ls[("dp-lda", clf, e)]["accuracy"][0] for e in es], style, label="accuracy, %s" % clf)
+        ax[2].plot(es, [ls[("dp-lda", clf, e)]["auc"][0] for e in es], style, alpha=0.5, label="AUC, %s" % clf)
+    ax[2].axhline(ls[("original", "lda", 0.0)]["accuracy"][0], color="k", ls="--", lw=0.8, label="BA accuracy (lda)")
+    ax[2].axhline(ls[("majority", "lda", 0.0)]["accuracy"][0], color="grey", ls=":", lw=0.8, label="LA accuracy")
+    ax[2].set_xlabel("epsilon")
+    ax[2].set_title("DP-LDA synthetic data")
+    ax[2].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(cfg: Paper3Config, pca_rows: Sequence[PCARow], lda_rows: Sequence[LDARow],
+                  info: dict[str, object], out_dir: str, elapsed_s: float | None = None) -> list[str]:
+    os.makedirs(out_dir, exist_ok=True)
+    md = os.path.join(out_dir, "results.md")
+    with open(md, "w") as f:
+        f.write(markdown(cfg, pca_rows, lda_rows, info, elapsed_s))
+    runs = os.path.join(out_dir, "runs.csv")
+    with open(runs, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["experiment", "trial", "epsilon", "k", "method", "classifier", "error", "accuracy", "auc",
+                    "negative_eigenvalues"])
+        for r in pca_rows:
+            w.writerow(["pca", r.trial, r.epsilon, r.k, r.method, "", r.error, "", "", r.negative_eigenvalues])
+        for q in lda_rows:
+            w.writerow(["lda", q.trial, q.epsilon, "", q.method, q.classifier, "", q.accuracy, q.auc, ""])
+    png = os.path.join(out_dir, "paper3.png")
+    plot(cfg, pca_rows, lda_rows, png)
+    return [md, runs, png]
+
+
+def main(cfg: Paper3Config, out_dir: str) -> int:
+    """Run, write the outputs and report progress on stderr."""
+    from cloud.datasets import DataNotInstalled
+
+    def say(line: str) -> None:
+        print("paper3: " + line, file=sys.stderr, flush=True)
+
+    t0 = time.perf_counter()
+    try:
+        pca_rows, lda_rows, info = run_paper3(cfg, say)
+    except DataNotInstalled as e:
+        say(str(e))
+        return 1
+    elapsed = time.perf_counter() - t0
+    for path in write_outputs(cfg, pca_rows, lda_rows, info, out_dir, elapsed):
+        say("wrote %s" % path)
+    say("done in %.0f s" % elapsed)
+    return 0
+
+
+__all__ = ["LDARow", "PCARow", "Paper3Config", "adult_matrix", "lda_summary", "main", "markdown",
+           "pca_summary", "run_lda", "run_paper3", "run_pca", "write_outputs"]
