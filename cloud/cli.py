@@ -694,6 +694,26 @@ def parser_query(p: argparse.ArgumentParser) -> None:
                            help="total epsilon of the h counts (default: no counts)")
             q.add_argument("--paper-mode", action="store_true",
                            help="selection as printed, exp((epsilon/h) u): 2*epsilon-DP, NOT epsilon-DP")
+    _parser_identify(sub)
+
+
+def _parser_identify(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    text = ("is this record a (beta, r)-anomaly of the data? DP or sensitively private answer "
+            "(paper 2, SPEC 2.4-2.5); always charged to a data set's budget")
+    q = sub.add_parser("identify", help=text, description=text,
+                       epilog="example: dpsense query identify --csv data.csv --record 3.1,0.2 --beta 5 "
+                              "--r 1.5 --epsilon 0.5 --sp-k 1 --dataset fleet")
+    q.add_argument("--csv", required=True, help="numeric CSV, one record per row (a header row is skipped)")
+    q.add_argument("--record", required=True, type=_floats, help="the queried record, comma-separated values")
+    q.add_argument("--beta", type=int, required=True, help="anomaly: at most beta records within r (itself included)")
+    q.add_argument("--r", type=float, required=True, help="ball radius (Euclidean)")
+    q.add_argument("--epsilon", type=float, required=True, help="epsilon of the answer")
+    q.add_argument("--sp-k", type=int, default=None,
+                   help="sensitively private with this k (protects normal records at epsilon); "
+                        "default: the epsilon-DP mechanism")
+    q.add_argument("--dataset", required=True, help="charge this data set's budget (see `dpsense curator budget`)")
+    q.add_argument("--db", help="budget database (default <data dir>/budget.db, env DPSENSE_DATA_DIR)")
+    q.add_argument("--seed", type=int, default=None, help="seed the randomness (testing only)")
 
 
 def _query_csv(path: str) -> "object":
@@ -721,7 +741,16 @@ def do_query(args: argparse.Namespace) -> int:
             db = Path(args.db) if args.db else Settings.resolve().data_dir / "budget.db"
             acct = BudgetAccountant(db, create=False)
         rng = random.Random(args.seed) if args.seed is not None else None
-        if args.query == "count":
+        if args.query == "identify":
+            from cloud.privacy.identify import identify
+            if acct is None:
+                raise ValueError("--dataset is required")
+            bit = identify(lambda: x, args.record, beta=args.beta, r=args.r, epsilon=args.epsilon,
+                           accountant=acct, dataset=args.dataset, k=args.sp_k, rng=rng)
+            print("anomaly: %s" % ("yes" if bit else "no"))
+            print("guarantee: %s" % ("%g-DP (add/remove one record)" % args.epsilon if args.sp_k is None else
+                                     "(%g, %d)-sensitively private" % (args.epsilon, args.sp_k)))
+        elif args.query == "count":
             from cloud.privacy.outlier_count import dp_outlier_count
             cols = None
             if args.subspace is not None:
