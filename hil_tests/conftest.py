@@ -36,12 +36,15 @@ def rig(request: pytest.FixtureRequest, tmp_path) -> Iterator[object]:
     name, port, board = _choice(request.config)
     if name == "serial" and not port:
         pytest.skip("serial rig: no board on --port (give --port /dev/ttyACM0 --board NAME)")
-    if name in ("qemu", "serial"):
-        pytest.skip("%s rig: not built yet (only the unix rig exists; see hil_tests/README.md)" % name)
+    if name == "serial":
+        pytest.skip("%s rig: not built yet (see hil_tests/README.md)" % name)
     if board is None or name not in BOARDS[board].rigs:
         pytest.skip("board %s does not run on the %s rig" % (board, name))
     if shutil.which("mosquitto_passwd") is None:
         pytest.skip("Debian package 'mosquitto' is not installed")
+    if name == "qemu":
+        yield from _qemu_rig(request, tmp_path, board)
+        return
     from tools.flash import micropython_binary
     try:
         micropython_binary()
@@ -51,6 +54,27 @@ def rig(request: pytest.FixtureRequest, tmp_path) -> Iterator[object]:
     from hil_tests.rigs.unix import UnixRig
     cloud = CloudSide(tmp_path / "cloud")
     r = UnixRig(tmp_path / "board", board, cloud)
+    try:
+        cloud.start()
+        r.deploy()
+        yield r
+    finally:
+        r.close()
+        cloud.close()
+
+
+def _qemu_rig(request: pytest.FixtureRequest, tmp_path, board: str) -> Iterator[object]:
+    from tools.qemu import missing_reason
+    missing = missing_reason()
+    if missing:
+        pytest.skip("QEMU micro:bit: %s" % missing)
+    from hil_tests.rigs.cloud import CloudSide
+    from hil_tests.rigs.qemu import UNSUPPORTED, QemuRig
+    reason = UNSUPPORTED.get(request.node.originalname)
+    if reason:
+        pytest.skip(reason)
+    cloud = CloudSide(tmp_path / "cloud")
+    r = QemuRig(tmp_path / "board", board, cloud)
     try:
         cloud.start()
         r.deploy()

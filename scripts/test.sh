@@ -23,5 +23,8 @@ python -m pytest -o junit_suite_name=cpython --junitxml="$OUT/cpython.xml" "$@" 
 echo "== hardware-in-the-loop tests, unix rig (firmware under the MicroPython unix port, real Mosquitto)"
 python -m pytest hil_tests --rig unix -q -o junit_suite_name=hil-unix --junitxml="$OUT/hil-unix.xml" || status=1
 
+echo "== hardware-in-the-loop tests, qemu rig (micro:bit MicroPython under QEMU, dpsense gateway, real Mosquitto)"
+python -m pytest hil_tests --rig qemu -q -o junit_suite_name=hil-qemu --junitxml="$OUT/hil-qemu.xml" || status=1
+
 python scripts/summarize.py "$OUT"/*.xml --upy "$OUT/micropython.txt"
 exit $status

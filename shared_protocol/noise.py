@@ -19,11 +19,6 @@ Privacy", NeurIPS 2020, Algorithms 1 and 2. The only randomness used is
 (``rng.UrandomRNG`` on boards, ``rng.XorShift32`` in tests).
 """
 
-try:
-    from shared_protocol.rng import uniform_below
-except ImportError:  # flat file system (micro:bit)
-    from rng import uniform_below
-
 
 def _check_positive_int(name, v):
     if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
@@ -35,21 +30,57 @@ def bernoulli_exp(rng, num, den):
     if not isinstance(num, int) or num < 0:
         raise ValueError("num must be an int >= 0")
     _check_positive_int("den", den)
-    # exp(-g) = exp(-1)**floor(g) * exp(-(g - floor(g)))
-    while num > den:
-        if not _bernoulli_exp_le1(rng, 1, 1):
+    return _bexp(rng, num, den)
+
+
+def _bexp(rng, num, den):
+    # exp(-g) = exp(-1)**floor(g) * exp(-(g - floor(g))), each factor by CKS Algorithm 1
+    # (for 0 <= n/d <= 1: draw Bernoulli(n/(d*k)) for k = 1, 2, ... until one fails; the
+    # index of the failure is odd with probability exp(-n/d)). Flat on purpose: the
+    # micro:bit allows about six nested Python calls, so the uniform draw
+    # (shared_protocol.rng.uniform_below: the same draws in the same order) is written
+    # out here and this function calls nothing but ``rng.getrandbits``.
+    while True:
+        if num > den:
+            n = 1
+            d = 1
+        else:
+            n = num
+            d = den
+        k = 1
+        while True:
+            m = d * k
+            if m == 1:
+                r = 0
+            else:
+                x = m - 1
+                b = 0
+                while x >= 0x10000:
+                    x >>= 16
+                    b += 16
+                while x:
+                    x >>= 1
+                    b += 1
+                while True:
+                    if b <= 30:
+                        r = rng.getrandbits(b)
+                    else:
+                        r = 0
+                        left = b
+                        while left > 0:
+                            c = 30 if left > 30 else left
+                            r = (r << c) | rng.getrandbits(c)
+                            left -= c
+                    if r < m:
+                        break
+            if r >= n:
+                break
+            k += 1
+        if num <= den:
+            return k & 1
+        if not k & 1:
             return 0
         num -= den
-    return _bernoulli_exp_le1(rng, num, den)
-
-
-def _bernoulli_exp_le1(rng, num, den):
-    # CKS Algorithm 1 for 0 <= num/den <= 1: draw Bernoulli(g/k) for k = 1, 2, ...
-    # until one fails; the index of the failure is odd with probability exp(-g).
-    k = 1
-    while uniform_below(rng, den * k) < num:
-        k += 1
-    return k & 1
 
 
 class DiscreteLaplace:
@@ -71,11 +102,33 @@ class DiscreteLaplace:
         s = self.den
         rng = self._rng
         while True:
-            u = uniform_below(rng, t)
-            if not bernoulli_exp(rng, u, t):
+            # u = uniform_below(rng, t), written out (see _bexp); t >= 1
+            u = 0
+            if t > 1:
+                x = t - 1
+                b = 0
+                while x >= 0x10000:
+                    x >>= 16
+                    b += 16
+                while x:
+                    x >>= 1
+                    b += 1
+                while True:
+                    if b <= 30:
+                        u = rng.getrandbits(b)
+                    else:
+                        u = 0
+                        left = b
+                        while left > 0:
+                            c = 30 if left > 30 else left
+                            u = (u << c) | rng.getrandbits(c)
+                            left -= c
+                    if u < t:
+                        break
+            if not _bexp(rng, u, t):
                 continue
             v = 0
-            while bernoulli_exp(rng, 1, 1):
+            while _bexp(rng, 1, 1):
                 v += 1
             y = (u + t * v) // s
             neg = rng.getrandbits(1)

@@ -173,6 +173,12 @@ class Upload:
         return self.target[:-3].replace("/", ".") if self.target.endswith(".py") else ""
 
 
+# What a micro:bit gets by default: the slim serial node and the one module it needs
+# (the full firmware does not fit its heap; see firmware/mbnode.py). Order matters:
+# importing them in this order leaves the heap unfragmented for compiling each.
+MICROBIT_FILES = ("mbutil", "noise", "mbnode")
+
+
 def default_sources() -> list[Path]:
     """Every shared_protocol module, then firmware/*.py when that folder has any."""
     found = sorted(SHARED_DIR.glob("*.py"))
@@ -400,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "optional for qemu-microbit, which then starts an emulator")
     d.add_argument("--files", nargs="+", metavar="FILE",
                    help="module names (noise) or paths; default: all of shared_protocol/ "
-                   "and firmware/")
+                   "and firmware/ (micro:bit boards: %s, the slim serial node)"
+                   % " ".join(MICROBIT_FILES))
     d.add_argument("--shrink", action=argparse.BooleanOptionalAction, default=None,
                    help="strip docstrings and comments (default: on for micro:bit boards)")
     d.add_argument("--check", action="store_true",
@@ -445,7 +452,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if not args.port and board.name != "qemu-microbit":
         raise SystemExit("flash: --board %s needs --port (e.g. --port %s)"
                          % (board.name, board.example_port))
-    uploads = plan(board, resolve_sources(args.files), args.shrink)
+    files = args.files or (list(MICROBIT_FILES) if board.flat else None)
+    uploads = plan(board, resolve_sources(files), args.shrink)
     print("deploying %d file(s) to %s%s" % (len(uploads), board.name,
                                             " on %s" % args.port if args.port else ""))
     if board.name == "unix":

@@ -383,6 +383,28 @@ class RawRepl:
         self._pending = buf[n:]
         return buf[:n]
 
+    def exec_start(self, code: str | bytes, timeout: float = 10.0) -> bytes:
+        """Start ``code`` and return as soon as the board accepted it (``OK``).
+
+        The program's output is then the caller's to read from ``transport``; what
+        already arrived after ``OK`` is returned. Call ``enter()`` to interrupt it (or
+        after it ended) before using the session again. Paced writes only (no raw-paste).
+        """
+        data = code.encode("utf-8") if isinstance(code, str) else bytes(code)
+        if b"\x04" in data or not data.strip():
+            raise ValueError("code must be non-empty and must not contain \\x04")
+        if not self._in_raw:
+            self.enter()
+        self._send(data)
+        self.transport.write(CTRL_D)
+        head = self._read_until(b"OK", timeout, "'OK' after the code was sent")
+        if head[:-2].replace(RAW_BANNER, b"").strip(b"\r\n>"):
+            self._in_raw = False
+            raise ReplError("unexpected bytes before 'OK': %r" % head[-200:])
+        self._in_raw = False
+        rest, self._pending = self._pending, b""
+        return rest
+
     def exec(self, code: str | bytes, timeout: float = 10.0) -> str:
         """Run ``code`` and return its stdout; raise ``RawReplError`` if it raised."""
         out, err = self.exec_raw(code, timeout)

@@ -170,3 +170,50 @@ def test_write_file_rewrites_a_file_corrupted_in_transit(
     assert lossy.dropped and attempts == ["lossy.txt", "lossy.txt"]
     assert repl.file_checksum("lossy.txt")[0] == len(payload)
     repl.remove("lossy.txt")
+
+
+def test_microbit_node_writes_what_node_py_writes(board: SimpleNamespace) -> None:
+    """firmware/mbnode.py on the real interpreter, fed over the UART, with xorshift32 as its
+    random source: its framed lines equal Node + serial_sender + Ledger's on CPython (with
+    rng.XorShift32), byte for byte. The call chain (run -> sample -> _bexp -> getrandbits)
+    is one deeper than with the micro:bit's native random.getrandbits."""
+    import time
+
+    from shared_protocol.rng import fmix32
+    from tests.portable.test_mbnode import _frames, _reference
+    from tools.flash import MICROBIT_FILES
+    profile = BOARDS["qemu-microbit"]
+    extra = [m for m in MICROBIT_FILES if m not in MODULES]
+    deploy(board.repl, profile, plan(profile, resolve_sources(extra)), log=board.log.append)
+    board.repl.soft_reset()
+    board.repl.exec("import gc,mbutil\ngc.collect()\nimport noise\ngc.collect()\n"
+                    "import mbnode\ngc.collect()", 30)
+    # rng.py does not fit next to the node: the same xorshift32 steps, on the fmix32'd seed
+    board.repl.exec("class X:\n def __init__(s,x):\n  s.x=x\n def getrandbits(s,k):\n  x=s.x\n"
+                    "  x^=(x<<13)&0xFFFFFFFF\n  x^=x>>17\n  x^=(x<<5)&0xFFFFFFFF\n  s.x=x\n"
+                    "  return x>>(32-k)\ngc.collect()")
+    # the third column's values are long ints on the board (beyond 2**30, or computed from them)
+    cols = [(1, 1, 0, -5000, 5000, 25), (3300, 65535, 0, 0, 65535, 40),
+            (2, 3, -1000, -10 ** 9, 10 ** 9, 10 ** 6)]
+    rows = [[i * 97 - 6000, (i * 7919) % 70000, (-1) ** i * i * 66666667] for i in range(30)]
+    seed, win, cap = 20240611, 10, (5, 2)
+    out = bytearray(board.repl.exec_start(
+        "mbnode.run(7,3,%r,(1,2),[0,1650,0],%d,%r,X(%d))" % (cols, win, cap, fmix32(seed))))
+    tr = board.qemu.transport
+    sent = 0
+    deadline = time.monotonic() + 60
+    while not out.endswith(b"\x04>"):
+        assert time.monotonic() < deadline, "no end of run; got %r" % bytes(out[-300:])
+        out += tr.read_some(0.2)
+        while out.count(b"?\n") > sent:
+            tr.write(("%d,%d,%d\n" % tuple(rows[sent])).encode() if sent < len(rows) else b".\n")
+            sent += 1
+    board.repl.enter()
+    text = bytes(out)
+    assert b"Traceback" not in text, text[-400:]
+    _, want = _reference(seed, cols, (1, 2), [0, 1650, 0], rows, 7, 3, win, cap)
+    assert _frames(text.replace(b"\r\n", b"\n")) == want
+    # epsilon 3/2 per record, cap 5/2 per window of 10 readings: 1 released per window
+    assert b"eps_record=3/2 " in text
+    assert b"ledger: window 2 cap 5/2 reached (spent 3/2)" in text
+    assert b"stimulus done: 30 readings, 3 released" in text

@@ -17,6 +17,7 @@ MODULES = (
     "tests.portable.test_framing",
     "tests.portable.test_mechanism",
     "tests.portable.test_node",
+    "tests.portable.test_mbnode",
     "tests.portable.test_fw_config",
     "tests.portable.test_fw_ring",
     "tests.portable.test_fw_ledger",

@@ -1,0 +1,115 @@
+"""Helpers of firmware/mbnode.py, in their own module so that the micro:bit can compile
+each of the two files within its heap. Import ``mbutil``, then ``noise``, then ``mbnode``:
+another order leaves the heap too fragmented to compile ``mbnode``.
+"""
+import gc
+import struct
+
+_MAX = 2147483647
+_H = b"0123456789abcdef"
+
+
+def frame(p):
+    """The framed line (bytearray, ending in ``\\n``) of payload ``p``: framing.frame's bytes."""
+    c = 0xFFFF
+    o = bytearray(2 * len(p) + 6)
+    o[0] = 126
+    i = 1
+    for b in p:
+        o[i] = _H[b >> 4]
+        o[i + 1] = _H[b & 15]
+        i += 2
+        c ^= b << 8
+        for _ in range(8):
+            c = ((c << 1) ^ 0x1021) & 0xFFFF if c & 0x8000 else (c << 1) & 0xFFFF
+    for s in (12, 8, 4, 0):
+        o[i] = _H[(c >> s) & 15]
+        i += 1
+    o[i] = 10
+    return o
+
+
+def put32(buf, off, v):
+    """``v`` (|v| < 2**31) as a little-endian int32 at ``buf[off]``, byte by byte: the
+    micro:bit's struct (1.9.2) packs a negative long int with "<i" without sign extension
+    (-4986 as 86 ec 00 00), and values past 2**30 or computed from long ints are long there."""
+    if v < 0:
+        v += 4294967296
+    for i in range(4):
+        buf[off + i] = v & 255
+        v >>= 8
+
+
+def pack(rng, rb, cb, tok, y, dd, dev, boot, seq, cfg_id):
+    """Draw the token (tokens.new_token), then encode the reading record (values ``y``) into
+    ``rb`` and the correction record (``dd``) into ``cb`` as wire.py does, clamping to int32."""
+    for i in (0, 2, 4, 6):
+        r = rng.getrandbits(16)
+        tok[i] = r >> 8
+        tok[i + 1] = r & 255
+    struct.pack_into("<BBBBIII8sH", rb, 0, 1, 1, len(y), 0, dev, boot, seq, tok, cfg_id)
+    for j in range(len(y)):
+        v = y[j]
+        put32(rb, 26 + 4 * j, _MAX if v > _MAX else -_MAX if v < -_MAX else v)
+    struct.pack_into("<BBH8s", cb, 0, 1, 2, 0, tok)
+    put32(cb, 12, _MAX if dd > _MAX else -_MAX if dd < -_MAX else dd)
+
+
+def norm(v, c):
+    """Euclidean |v - c| rounded to the nearest int (distance.distance_q), no floats."""
+    n = 0
+    for j in range(len(v)):
+        d = v[j] - c[j]
+        n += d * d
+    if n == 0:
+        return 0
+    x = n
+    k = 0
+    while x:
+        x >>= 1
+        k += 1
+    x = 1 << ((k + 1) >> 1)
+    while True:
+        y = (x + n // x) >> 1
+        if y >= x:
+            break
+        x = y
+    return x + 1 if n - x * x > x else x
+
+
+def ft(n, d):
+    """ledger.frac_text: ``"3/10"``, or ``"2"`` for a whole number."""
+    a = n
+    b = d
+    while b:
+        a, b = b, a % b
+    return "%d" % (n // a) if a == d else "%d/%d" % (n // a, d // a)
+
+
+def ask(w, ri, one, ln):
+    """Ask the host for a reading (console line ``?``); the length of the reply in ``ln``,
+    or -1 for ``.`` (no more). One byte at a time into fixed buffers: on the micro:bit,
+    ``uart.read()`` allocates 256 bytes a call, which soon fails on a fragmented heap."""
+    w(b"?\n")
+    n = 0
+    while True:
+        if ri(one):
+            if one[0] == 10:
+                return -1 if n and ln[0] == 46 else n
+            if n < len(ln):
+                ln[n] = one[0]
+                n += 1
+
+
+def say(w, wi, cp, spent, un, dev, boot, er, seq):
+    """The console line and status message of a window that reached its cap (app.py's)."""
+    gc.collect()
+    c = ft(cp, un)
+    a = ft(spent, un)
+    w(bytes("ledger: window %d cap %s reached (spent %s); withholding readings until window %d\n"
+            % (wi, c, a, wi + 1), "ascii"))
+    w(bytes('status: {"event":"window_cap","device":%d,"boot":%d,"board":"microbit",'
+            '"entropy":"getrandbits","eps_record":"%s","window":%d,"spent":"%s","cap":"%s",'
+            '"withheld":1,"released":%d}\n' % (dev, boot, er, wi, a, c, seq), "ascii"))
+
+
