@@ -18,7 +18,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 

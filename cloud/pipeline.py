@@ -21,7 +21,6 @@ from typing import TextIO
 
 import numpy as np
 
-from cloud import topics
 from cloud.broker import Broker, free_port
 from cloud.config import Settings
 from cloud.datasets import paper1_synthetic

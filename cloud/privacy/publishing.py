@@ -479,7 +479,6 @@ def exponential_publish(data: Data, *, schema: Schema, epsilon: object, grid: in
         accountant.check(dataset, eps)            # type: ignore[arg-type]
     z = schema.encode(_load(data))
     n, p = z.shape
-    g = np.linspace(0.0, 1.0, int(grid))
     eps_a = eps / p
     out = np.empty_like(z)
     if isinstance(noise, np.random.Generator):
