@@ -1,0 +1,1 @@
+"""The ``dpsense`` subcommands, one module per area; ``cloud.cli`` holds the table."""

@@ -1,0 +1,289 @@
+"""``dpsense broker|ingest|analyst|correction-server|gateway|status|simulate``: the running system."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cloud.commands.common import (
+    IngestThread,
+    add_common,
+    connection_for,
+    profile_default,
+    settings_from,
+)
+
+
+def parser_broker(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    run = sub.add_parser("run", help="write the configuration and run Mosquitto until interrupted")
+    add_common(run)
+    acc = sub.add_parser("add-account", help="create or reset a role account and print its password")
+    acc.add_argument("name", help="account name, e.g. analyst")
+    acc.add_argument("--role", choices=("analyst", "correction", "curator"),
+                     help="role (default: the name)")
+    add_common(acc)
+    dev = sub.add_parser("add-device", help="create or reset device account d<ID> and print its password")
+    dev.add_argument("device_id", type=int)
+    add_common(dev)
+    ls = sub.add_parser("accounts", help="list accounts and roles")
+    add_common(ls)
+
+
+def do_broker(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from cloud.broker import Broker, BrokerError
+    st = settings_from(args)
+    b = Broker(st.data_dir, port=st.broker_port, host=st.broker_host)
+    try:
+        if args.action == "add-account":
+            print(b.add_account(args.name, args.role))
+        elif args.action == "add-device":
+            name, pw = b.add_device(args.device_id)
+            print("%s %s" % (name, pw))
+        elif args.action == "accounts":
+            for name, role in sorted(b.accounts().items()):
+                print("%-16s %s" % (name, role))
+        else:
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *a: stop.set())
+            with b.running():
+                print("broker: mosquitto on %s:%d, files in %s (log %s); Ctrl-C stops it"
+                      % (b.host, b.port, b.dir, b.log_path), file=sys.stderr, flush=True)
+                try:
+                    while not stop.wait(0.5) and b.pid is not None:
+                        pass
+                except KeyboardInterrupt:
+                    pass
+    except BrokerError as e:
+        print("dpsense broker: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
+def parser_ingest(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--role", choices=("analyst", "correction"), required=True,
+                   help="analyst: store reading records; correction: store correction records")
+    p.add_argument("--user", help="broker account (default: the role name)")
+    p.add_argument("--batch-size", type=int, default=500, help="messages per commit (default 500)")
+    p.add_argument("--idle-exit", type=float, help="stop after this many seconds without a message")
+    add_common(p)
+
+
+def do_ingest(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from cloud.broker import BrokerError
+    from cloud.ingest.service import IngestService
+    from cloud.storage import open_analyst_store, open_correction_store
+    from cloud.storage.repository import AnalystStore, CorrectionStore, StorageError
+    st = settings_from(args)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    try:
+        conn = connection_for(st, args.user or args.role, "dpsense-ingest-" + args.role)
+        store: AnalystStore | CorrectionStore
+        if args.role == "analyst":
+            store = open_analyst_store(st.analyst_db)
+            svc = IngestService.for_analyst(conn, store, batch_size=args.batch_size)
+        else:
+            store = open_correction_store(st.correction_db)
+            svc = IngestService.for_correction(conn, store, batch_size=args.batch_size)
+        print("ingest: %s records from %s:%d into %s" % (args.role, st.broker_host, st.broker_port,
+              st.analyst_db if args.role == "analyst" else st.correction_db), file=sys.stderr, flush=True)
+        try:
+            svc.run(stop, idle_exit=args.idle_exit)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            store.close()
+    except (BrokerError, StorageError, ConnectionError, OSError) as e:
+        print("dpsense ingest: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
+def parser_status(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dead", type=int, default=5, help="show this many recent dead letters (default 5)")
+    add_common(p)
+
+
+def do_status(args: argparse.Namespace) -> int:
+    from cloud.storage import open_analyst_store, open_correction_store
+    from cloud.storage.repository import StorageError
+    st = settings_from(args)
+    try:
+        with open_analyst_store(st.analyst_db) as a:
+            gaps = a.gaps()
+            print("analyst     %d readings, %d dead letters, %d device boots, %d missing sequence numbers"
+                  % (a.count(), a.dead_letter_count(), len(gaps), sum(g.missing for g in gaps)))
+            for d in a.dead_letters(args.dead):
+                print("  dead: %-28s %-50s %d bytes" % (d.topic, d.reason[:50], len(d.payload)))
+            results = a.window_results()
+            if results:
+                print("windows     %d processed" % len(results))
+        with open_correction_store(st.correction_db) as c:
+            print("correction  %d records, %d dead letters" % (c.count(), c.dead_letter_count()))
+    except StorageError as e:
+        print("dpsense status: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
+def parser_analyst(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dbscan-eps", type=float, help="DBSCAN radius in data units (default: profile.json, else 12)")
+    p.add_argument("--dbscan-min-samples", type=int, help="DBSCAN min_samples (default: profile.json, else 60)")
+    p.add_argument("--quantum", type=float, help="units per quantum (default: profile.json, else 0.01)")
+    p.add_argument("--window", type=int, default=100_000, help="readings per detection window (default 100000)")
+    p.add_argument("--flush-idle", type=float,
+                   help="also process a partial window once nothing arrived for this many seconds")
+    p.add_argument("--exit-when-done", action="store_true",
+                   help="exit once every stored reading is in a processed window (needs --flush-idle)")
+    p.add_argument("--no-ingest", action="store_true", help="only detect; another process runs `dpsense ingest`")
+    add_common(p)
+
+
+def do_analyst(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from cloud.analyst import Analyst, AnalystParams
+    from cloud.broker import BrokerError
+    from cloud.storage import open_analyst_store
+    from cloud.storage.repository import StorageError
+    st = settings_from(args)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    try:
+        quantum = profile_default(args, st, "quantum", 0.01)
+        params = AnalystParams(eps_q=profile_default(args, st, "dbscan_eps", 12.0) / quantum,
+                               min_samples=int(profile_default(args, st, "dbscan_min_samples", 60)),
+                               window=args.window)
+        opener = lambda: open_analyst_store(st.analyst_db)  # noqa: E731
+        opener().close()            # create the database once, before two threads open it
+        ingest = None
+        if not args.no_ingest:
+            ingest = IngestThread(connection_for(st, "analyst", "dpsense-ingest-analyst"), opener, "analyst", stop)
+        analyst = Analyst(connection_for(st, "analyst", "dpsense-analyst"), opener, params)
+        try:
+            analyst.run(stop, flush_when_idle=args.flush_idle, exit_when_done=args.exit_when_done)
+        except KeyboardInterrupt:
+            pass
+        stop.set()
+        if ingest is not None:
+            ingest.join()
+            if ingest.error is not None:
+                return 1
+    except (BrokerError, StorageError, ConnectionError, OSError, ValueError) as e:
+        print("dpsense analyst: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
+def parser_correction(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--w-o", type=float, help="outlier-layer width in quanta (default: profile.json)")
+    p.add_argument("--split", choices=("otsu", "trimmed_gap", "gap"), default="otsu",
+                   help="FP/TP split rule (SPEC 1.5; default otsu)")
+    p.add_argument("--bound", choices=("R1", "R2", "R3"), default="R1", help="FN_L3 upper bound (default R1)")
+    p.add_argument("--no-guard", action="store_true", help="accept every split (paper-literal; not advised)")
+    p.add_argument("--no-ingest", action="store_true", help="only answer rounds; another process ingests")
+    add_common(p)
+
+
+def do_correction(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from cloud.broker import BrokerError
+    from cloud.correction.rules import CorrectionParams
+    from cloud.correction.server import CorrectionServer
+    from cloud.simulate import load_profile
+    from cloud.storage import open_correction_store
+    from cloud.storage.repository import StorageError
+    st = settings_from(args)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    try:
+        w_o = args.w_o
+        if w_o is None:
+            prof = load_profile(st.data_dir)
+            if prof is None:
+                raise ValueError("give --w-o (outlier-layer width in quanta) or run `dpsense simulate` "
+                                 "first, which writes profile.json")
+            w_o = prof.w_o_q
+        params = CorrectionParams(w_o=float(w_o), split=args.split, bound=args.bound, guard=not args.no_guard)
+        opener = lambda: open_correction_store(st.correction_db)  # noqa: E731
+        opener().close()            # create the database once, before two threads open it
+        ingest = None
+        if not args.no_ingest:
+            ingest = IngestThread(connection_for(st, "correction", "dpsense-ingest-correction"), opener,
+                             "correction", stop)
+        server = CorrectionServer(connection_for(st, "correction", "dpsense-correction"), params, opener)
+        try:
+            server.run(stop)
+        except KeyboardInterrupt:
+            pass
+        stop.set()
+        if ingest is not None:
+            ingest.join()
+            if ingest.error is not None:
+                return 1
+    except (BrokerError, StorageError, ConnectionError, OSError, ValueError) as e:
+        print("dpsense correction-server: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
+def parser_gateway(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", required=True, help="the board's serial port or pty (/dev/ttyACM0, /dev/pts/3)")
+    p.add_argument("--device-id", type=int, required=True,
+                   help="publish as device account d<ID> (password from the data dir or DPSENSE_BROKER_PASSWORD)")
+    p.add_argument("--baud", type=int, default=115200, help="serial speed (default 115200)")
+    p.add_argument("--idle-exit", type=float, help="stop after this many seconds without a byte")
+    add_common(p)
+
+
+def do_gateway(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from cloud.broker import BrokerError
+    from cloud.gateway import run
+    st = settings_from(args)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    try:
+        conn = connection_for(st, "d%d" % args.device_id, "unused")
+        run(args.port, args.device_id, st.broker_host, st.broker_port, conn.password, baud=args.baud,
+            stop=stop, idle_exit=args.idle_exit)
+    except KeyboardInterrupt:
+        pass
+    except (BrokerError, ConnectionError, OSError, ValueError) as e:
+        print("dpsense gateway: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
+def parser_simulate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--devices", type=int, default=10, help="virtual devices (default 10)")
+    p.add_argument("--n", type=int, default=100_000, help="readings in all (default 100000)")
+    p.add_argument("--csv", help="publish this CSV (numeric columns, header row) instead of synthetic data; "
+                                 "an optional column named 'outlier' (0/1) is ground truth")
+    p.add_argument("--separation", type=float, default=220.0, help="paper-1 generator (default 220)")
+    p.add_argument("--shape", choices=("scale", "shift"), default="scale")
+    p.add_argument("--epsilon", default="0.5", help="epsilon per column (default 0.5)")
+    p.add_argument("--quantum", type=float, default=0.01, help="units per quantum (default 0.01)")
+    p.add_argument("--seed", type=int, default=1, help="data and noise seed; 0 = OS randomness")
+    add_common(p)
+
+
+def do_simulate(args: argparse.Namespace) -> int:
+    from cloud.simulate import FleetError, run_simulation
+    try:
+        run_simulation(settings_from(args), args)
+    except (FleetError, ValueError) as e:
+        print("dpsense simulate: %s" % e, file=sys.stderr)
+        return 1
+    return 0
