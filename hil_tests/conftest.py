@@ -36,14 +36,18 @@ def rig(request: pytest.FixtureRequest, tmp_path) -> Iterator[object]:
     name, port, board = _choice(request.config)
     if name == "serial" and not port:
         pytest.skip("serial rig: no board on --port (give --port /dev/ttyACM0 --board NAME)")
-    if name == "serial":
-        pytest.skip("%s rig: not built yet (see hil_tests/README.md)" % name)
+    if name == "serial" and board is None:
+        pytest.skip("serial rig: name the board with --board (%s)"
+                    % ", ".join(b for b in sorted(BOARDS) if "serial" in BOARDS[b].rigs))
     if board is None or name not in BOARDS[board].rigs:
         pytest.skip("board %s does not run on the %s rig" % (board, name))
     if shutil.which("mosquitto_passwd") is None:
         pytest.skip("Debian package 'mosquitto' is not installed")
     if name == "qemu":
         yield from _qemu_rig(request, tmp_path, board)
+        return
+    if name == "serial":
+        yield from _serial_rig(request, tmp_path, board, port)
         return
     from tools.flash import micropython_binary
     try:
@@ -75,6 +79,26 @@ def _qemu_rig(request: pytest.FixtureRequest, tmp_path, board: str) -> Iterator[
         pytest.skip(reason)
     cloud = CloudSide(tmp_path / "cloud")
     r = QemuRig(tmp_path / "board", board, cloud)
+    try:
+        cloud.start()
+        r.deploy()
+        yield r
+    finally:
+        r.close()
+        cloud.close()
+
+
+def _serial_rig(request: pytest.FixtureRequest, tmp_path, board: str, port: str) -> Iterator[object]:
+    from hil_tests.rigs.cloud import CloudSide
+    from hil_tests.rigs.qemu import UNSUPPORTED
+    from hil_tests.rigs.serial import NOT_BUILT, SerialRig
+    if board in NOT_BUILT:
+        pytest.skip(NOT_BUILT[board])
+    reason = UNSUPPORTED.get(request.node.originalname)
+    if reason:
+        pytest.skip(reason)
+    cloud = CloudSide(tmp_path / "cloud")
+    r = SerialRig(tmp_path / "board", board, cloud, port)
     try:
         cloud.start()
         r.deploy()

@@ -18,6 +18,8 @@ import argparse
 import ast
 import contextlib
 import io
+import json
+import os
 import shutil
 import signal
 import subprocess
@@ -243,6 +245,21 @@ def plan(board: Board, sources: Sequence[Path], shrink: bool | None = None) -> l
 Log = Callable[[str], None]
 
 
+def default_uploads(board: Board, files: Sequence[str] | None = None,
+                    shrink: bool | None = None) -> list[Upload]:
+    """What ``deploy`` writes: ``files``, or the board's default set. The default for a
+    board with folders also carries its profile (``boards/__init__.py`` and
+    ``boards/<name>.py``), which ``firmware/app.py`` loads at start-up."""
+    chosen = files or (list(MICROBIT_FILES) if board.flat else None)
+    uploads = plan(board, resolve_sources(chosen), shrink)
+    if not files and not board.flat:
+        for name in ("__init__.py", board.name + ".py"):
+            src = FIRMWARE_DIR / "boards" / name
+            if src.is_file():
+                uploads.append(Upload(src, "boards/" + name, src.read_bytes()))
+    return uploads
+
+
 def deploy(repl: RawRepl, board: Board, uploads: Sequence[Upload], log: Log = print) -> None:
     """Write ``uploads`` through the raw REPL, each verified on the board."""
     if not board.flat:
@@ -378,7 +395,83 @@ def _main_help() -> str:
             "  python tools/flash.py qemu\n"
             "  # run code on a board:\n"
             "  python tools/flash.py exec --port /dev/ttyACM0 'import gc; print(gc.mem_free())'\n"
-            "  python tools/flash.py exec --board qemu-microbit 'print(2 ** 100)'\n")
+            "  python tools/flash.py exec --board qemu-microbit 'print(2 ** 100)'\n\n"
+            "flash, deploy, provision and verify in one go (see `all --help`):\n"
+            + _all_examples() + "\n")
+
+
+ESP32_IMAGE = "ESP32_GENERIC-20240602-v1.23.0.bin"
+PICO_IMAGE = "RPI_PICO-20240602-v1.23.0.uf2"
+PICO_W_IMAGE = "RPI_PICO_W-20240602-v1.23.0.uf2"
+MICROBIT_IMAGE = "micropython-microbit-v1.9.2.hex"
+
+
+def _firmware_examples() -> str:
+    return "\n".join([
+        "  python tools/flash.py firmware --board esp32 --port /dev/ttyUSB0 --image " + ESP32_IMAGE,
+        "      # runs python -m esptool --port /dev/ttyUSB0 write_flash -z 0x1000 IMAGE "
+        "(pip install esptool)",
+        "  python tools/flash.py firmware --board pico --image %s        # BOOTSEL drive RPI-RP2"
+        % PICO_IMAGE,
+        "  python tools/flash.py firmware --board pico_w --image %s --mount /media/me/RPI-RP2"
+        % PICO_W_IMAGE,
+        "  python tools/flash.py firmware --board microbit --image %s   # MICROBIT drive"
+        % MICROBIT_IMAGE,
+        "  python tools/flash.py firmware --board qemu-microbit   # nothing to do: QEMU loads "
+        "Debian's firmware.hex",
+    ])
+
+
+def _provision_examples() -> str:
+    return "\n".join([
+        "  python tools/flash.py provision --board esp32 --port /dev/ttyUSB0 --device-id 7 "
+        "--config-json esp32.json --broker-host 192.168.1.20",
+        "  python tools/flash.py provision --board pico_w --port /dev/ttyACM0 --device-id 8 "
+        "--from-profile profile.json --broker-host 192.168.1.20",
+        "  python tools/flash.py provision --board pico --port /dev/ttyACM0 --device-id 9 "
+        "--config-json pico.json",
+        "  python tools/flash.py provision --board microbit --port /dev/ttyACM0 --device-id 10",
+        "  python tools/flash.py provision --board qemu-microbit --port /dev/pts/3 --device-id 7"
+        "   # pty from `flash.py qemu`",
+        "  python tools/flash.py provision --board unix --port out/unix --device-id 7 "
+        "--config-json unix.json",
+        "",
+        "  esp32.json: firmware/README.md's example keys plus wifi_ssid and wifi_password;",
+        "  device_id, broker_host, broker_port, broker_user and broker_password are filled in.",
+    ])
+
+
+def _verify_examples() -> str:
+    return "\n".join([
+        "  python tools/flash.py verify --board esp32 --port /dev/ttyUSB0      # sha256 on the board",
+        "  python tools/flash.py verify --board pico_w --port /dev/ttyACM0",
+        "  python tools/flash.py verify --board pico --port /dev/ttyACM0",
+        "  python tools/flash.py verify --board microbit --port /dev/ttyACM0   # Adler-32 (no hashlib)",
+        "  python tools/flash.py verify --board qemu-microbit --port /dev/pts/3",
+        "  python tools/flash.py verify --board unix --port out/unix --config out/unix/config.json",
+    ])
+
+
+def _all_examples() -> str:
+    return "\n".join([
+        "  # the emulated micro:bit: QEMU, node files, config, checks, then the node runs",
+        "  python tools/flash.py all --board qemu-microbit --device-id 7 --data-dir dpsense-data",
+        "  dpsense gateway --port /dev/pts/N --device-id 7 --data-dir dpsense-data   # N as printed",
+        "  # a real ESP32 (MicroPython image from micropython.org/download/ESP32_GENERIC)",
+        "  python tools/flash.py all --board esp32 --port /dev/ttyUSB0 --image %s --device-id 7 "
+        "--config-json esp32.json --broker-host 192.168.1.20" % ESP32_IMAGE,
+        "  # a Pico W (hold BOOTSEL while plugging it in, for the image)",
+        "  python tools/flash.py all --board pico_w --port /dev/ttyACM0 --image %s --device-id 8 "
+        "--config-json picow.json --broker-host 192.168.1.20" % PICO_W_IMAGE,
+        "  # a Pico (no radio): then `dpsense gateway --port /dev/ttyACM0 --device-id 9`",
+        "  python tools/flash.py all --board pico --port /dev/ttyACM0 --image %s --device-id 9 "
+        "--config-json pico.json" % PICO_IMAGE,
+        "  # a real micro:bit v1: then `dpsense gateway --port <printed pty> --device-id 10`",
+        "  python tools/flash.py all --board microbit --port /dev/ttyACM0 --image %s "
+        "--device-id 10" % MICROBIT_IMAGE,
+        "  # the unix port, into a folder",
+        "  python tools/flash.py all --board unix --port out/unix --device-id 7 --config-json unix.json",
+    ])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -429,6 +522,83 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--port", help="serial device or pty (a folder for --board unix)")
     e.add_argument("--timeout", type=float, default=30.0)
     e.add_argument("--baud", type=int, default=115200)
+
+    def identity(sp: argparse.ArgumentParser, port_required: bool = False) -> None:
+        sp.add_argument("--board", required=True, choices=list(BOARDS))
+        sp.add_argument("--port", help="serial device or pty (a folder for --board unix); "
+                        "optional for qemu-microbit, which then starts an emulator")
+        sp.add_argument("--baud", type=int, default=115200)
+
+    def provisioning(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--device-id", type=int, required=True, metavar="N",
+                        help="the board's device id; its broker account d<N> is created or reset")
+        src = sp.add_mutually_exclusive_group()
+        src.add_argument("--config-json", metavar="FILE",
+                         help="config keys (firmware/README.md); device_id and broker keys are "
+                         "filled in. Default: the two-column example of firmware/README.md")
+        src.add_argument("--from-profile", metavar="PROFILE_JSON",
+                         help="a profile file: config keys, or {\"config\": {...}}")
+        sp.add_argument("--data-dir", default=os.environ.get("DPSENSE_DATA_DIR", "dpsense-data"),
+                        help="the cloud's data directory, where the broker keeps its accounts "
+                        "(default: $DPSENSE_DATA_DIR or dpsense-data)")
+        sp.add_argument("--broker-host", default=os.environ.get("DPSENSE_BROKER_HOST", "127.0.0.1"),
+                        help="the broker address written into the config of an MQTT board: "
+                        "one the board can reach (default 127.0.0.1, fine for the unix port only)")
+        sp.add_argument("--broker-port", type=int,
+                        default=int(os.environ.get("DPSENSE_BROKER_PORT", "1883")))
+
+    f = sub.add_parser("firmware", formatter_class=fmt, help="flash a MicroPython image",
+                       description="Put a MicroPython image on a board: esptool for the ESP32, "
+                       "the UF2 drive (RPI-RP2) for a Pico, the MICROBIT drive for a micro:bit.",
+                       epilog="examples, one per board:\n" + _firmware_examples())
+    identity(f)
+    f.add_argument("--image", help="the MicroPython image (.bin, .uf2 or .hex)")
+    f.add_argument("--mount", help="the board's USB drive (default: found under /media)")
+
+    pv = sub.add_parser("provision", formatter_class=fmt, help="write the board's config.json",
+                        description="Build the board's config (checked on the host with "
+                        "firmware/config.py's rules and the board's profile; for the micro:bit "
+                        "only what mbnode.run takes), create or reset the device's broker account "
+                        "d<N>, put its password into the config of an MQTT board, and write "
+                        "config.json to the board (a folder for --board unix).",
+                        epilog="examples, one per board:\n" + _provision_examples())
+    identity(pv)
+    provisioning(pv)
+
+    v = sub.add_parser("verify", formatter_class=fmt, help="compare the board's files with the host's",
+                       description="Hash every deployed file on the board (sha256 with hashlib; "
+                       "Adler-32 in Python where there is no hashlib, as on the micro:bit) and "
+                       "compare with the host's files (shrunk where deploy shrinks). Exits 1 "
+                       "listing each mismatch.",
+                       epilog="examples, one per board:\n" + _verify_examples())
+    identity(v)
+    v.add_argument("--files", nargs="+", metavar="FILE", help="as for deploy")
+    v.add_argument("--shrink", action=argparse.BooleanOptionalAction, default=None)
+    v.add_argument("--config", metavar="FILE",
+                   help="also compare config.json on the board with this file")
+
+    a = sub.add_parser("all", formatter_class=fmt, help="firmware, deploy, provision, verify",
+                       description="In order: firmware (skipped without --image), deploy, "
+                       "provision, verify. On micro:bit boards it then starts the node "
+                       "(mbnode.run with the provisioned values) and stays in the foreground: "
+                       "it answers the node's '?' requests with stimulus rows (--stimulus, or "
+                       "synthetic ones at the config's period_ms) and passes everything the "
+                       "board sends to a new pty, printed as 'gateway port: /dev/pts/N', for "
+                       "`dpsense gateway --port /dev/pts/N --device-id N`. Ctrl-C stops it "
+                       "(and QEMU). Other boards are soft-reset at the end, so main.py starts "
+                       "with the new config.",
+                       epilog="examples, one per board:\n" + _all_examples())
+    identity(a)
+    provisioning(a)
+    a.add_argument("--image", help="a MicroPython image to flash first (.bin, .uf2, .hex)")
+    a.add_argument("--mount", help="the board's USB drive for --image (default: under /media)")
+    a.add_argument("--stimulus", metavar="FILE",
+                   help="micro:bit boards: rows raw0,raw1,... to feed the node (default: "
+                   "synthetic rows, endless)")
+    a.add_argument("--rows", type=int, default=None,
+                   help="micro:bit boards: stop after this many synthetic rows")
+    a.add_argument("--no-run", action="store_true",
+                   help="micro:bit boards: do not start the node afterwards")
     return p
 
 
@@ -452,8 +622,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if not args.port and board.name != "qemu-microbit":
         raise SystemExit("flash: --board %s needs --port (e.g. --port %s)"
                          % (board.name, board.example_port))
-    files = args.files or (list(MICROBIT_FILES) if board.flat else None)
-    uploads = plan(board, resolve_sources(files), args.shrink)
+    uploads = default_uploads(board, args.files, args.shrink)
     print("deploying %d file(s) to %s%s" % (len(uploads), board.name,
                                             " on %s" % args.port if args.port else ""))
     if board.name == "unix":
@@ -488,14 +657,174 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return 0
 
 
+def _need_port(board: Board, port: str | None, what: str) -> None:
+    if not port and board.name != "qemu-microbit":
+        raise SystemExit("flash: %s --board %s needs --port (e.g. --port %s)"
+                         % (what, board.name, board.example_port))
+
+
+def cmd_firmware(args: argparse.Namespace) -> int:
+    from tools.provision import flash_image
+    flash_image(args.board, args.image, args.port, args.mount)
+    return 0
+
+
+def _provision(args: argparse.Namespace, repl: RawRepl | None, log: Log = print) -> bytes:
+    """Config built and checked, account (re)made, config.json written; its bytes."""
+    from tools import provision as pv
+    base = pv.load_base(args.config_json, args.from_profile)
+    # Check the keys before touching the broker or the board.
+    cfg = pv.build_config(args.board, base, args.device_id, "unset", args.broker_host,
+                          args.broker_port)
+    password = pv.add_device_account(args.data_dir, args.device_id, args.broker_port)
+    cfg = pv.build_config(args.board, base, args.device_id, password, args.broker_host,
+                          args.broker_port)
+    log("broker account d%d created/reset in %s (password in %s)"
+        % (args.device_id, Path(args.data_dir) / "broker",
+           Path(args.data_dir) / "broker" / "credentials" / ("d%d" % args.device_id)))
+    folder = Path(args.port) if args.board == "unix" else None
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    data = pv.write_config(repl, cfg, folder)
+    where = folder / "config.json" if folder is not None else "config.json on the board"
+    log("  %-30s %6d bytes  verified (%s)" % (where, len(data), ", ".join(sorted(cfg))))
+    return data
+
+
+def cmd_provision(args: argparse.Namespace) -> int:
+    board = BOARDS[args.board]
+    _need_port(board, args.port, "provision")
+    if board.name == "unix":
+        _provision(args, None)
+        return 0
+    with open_board(board, args.port, args.baud) as repl:
+        _provision(args, repl)
+    return 0
+
+
+def _verify(board: Board, port: str | None, repl: RawRepl | None, expected: dict[str, bytes],
+            log: Log = print) -> list[str]:
+    from tools import provision as pv
+    names = list(expected)
+    if board.name == "unix":
+        algo, got = pv.folder_digests(Path(port or "."), names, micropython_binary())
+    else:
+        assert repl is not None
+        algo, got = pv.board_digests(repl, names, log)
+    bad = pv.compare(expected, algo, got)
+    for n in names:
+        if not any(b.startswith(n + ":") for b in bad):
+            log("  %-30s %s matches" % (n, algo))
+    for b in bad:
+        log("  MISMATCH " + b)
+    return bad
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    board = BOARDS[args.board]
+    _need_port(board, args.port, "verify")
+    expected = {u.target: u.data for u in default_uploads(board, args.files, args.shrink)}
+    if args.config:
+        expected["config.json"] = Path(args.config).read_bytes()
+    print("verifying %d file(s) on %s" % (len(expected), board.name))
+    if board.name == "unix":
+        bad = _verify(board, args.port, None, expected)
+    else:
+        with open_board(board, args.port, args.baud) as repl:
+            bad = _verify(board, args.port, repl, expected)
+    if bad:
+        print("flash: %d file(s) differ from the host's: %s"
+              % (len(bad), ", ".join(b.split(":")[0] for b in bad)), file=sys.stderr)
+        return 1
+    print("all %d file(s) match" % len(expected))
+    return 0
+
+
+def cmd_all(args: argparse.Namespace) -> int:
+    from tools import provision as pv
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    board = BOARDS[args.board]
+    _need_port(board, args.port, "all")
+    t0 = time.monotonic()
+    # Fail on a bad config before anything is flashed or written.
+    base = pv.load_base(args.config_json, args.from_profile)
+    pv.build_config(args.board, base, args.device_id, "unset", args.broker_host, args.broker_port)
+    print("== firmware")
+    if args.image or board.name == "qemu-microbit":
+        pv.flash_image(args.board, args.image, args.port, args.mount)
+        if args.image and board.name in ("pico", "pico_w", "microbit"):
+            time.sleep(3.0)      # the board reboots and its serial port comes back
+    else:
+        print("  skipped (no --image): the board keeps the MicroPython it has")
+    uploads = default_uploads(board)
+    expected = {u.target: u.data for u in uploads}
+    if board.name == "unix":
+        folder = Path(args.port)
+        print("== deploy: %d file(s) to %s" % (len(uploads), folder))
+        deploy_folder(folder, uploads)
+        print("== provision")
+        expected["config.json"] = _provision(args, None)
+        print("== verify")
+        bad = _verify(board, args.port, None, expected)
+        if bad:
+            raise ReplError("%d file(s) differ after writing" % len(bad))
+        print("done in %.1f s: cd %s && micropython main.py config.json"
+              % (time.monotonic() - t0, folder))
+        return 0
+    with open_board(board, args.port, args.baud) as repl:
+        print("== deploy: %d file(s) to %s" % (len(uploads), board.name))
+        deploy(repl, board, uploads)
+        print("== provision")
+        expected["config.json"] = _provision(args, repl)
+        print("== verify")
+        bad = _verify(board, args.port, repl, expected)
+        if bad:
+            raise ReplError("%d file(s) differ after writing" % len(bad))
+        print("done in %.1f s" % (time.monotonic() - t0))
+        if not board.flat:
+            repl.exit()
+            repl.transport.write(b"\x04")      # soft reset: main.py starts with config.json
+            print("board soft-reset: main.py runs with the new config.json%s"
+                  % ("; now `dpsense gateway --port %s --device-id %d`" % (args.port, args.device_id)
+                     if board.name == "pico" else ""))
+            return 0
+        if args.no_run:
+            return 0
+        cfg = json.loads(expected["config.json"])
+        period = base.get("period_ms", 1000) / 1000.0
+        rows = (pv.read_rows(args.stimulus) if args.stimulus
+                else pv.synthetic_rows(cfg, args.rows))
+        with pv.NodeBridge(repl, pv.node_call(cfg), rows, period) as bridge:
+            print("== run: %s" % pv.node_call(cfg))
+            print("gateway port: %s" % bridge.pty)
+            print("  dpsense gateway --port %s --device-id %d --data-dir %s --broker-port %d"
+                  % (bridge.pty, args.device_id, args.data_dir, args.broker_port))
+            print("feeding %s every %.3f s; Ctrl-C stops the node%s"
+                  % ("rows of %s" % args.stimulus if args.stimulus else "synthetic rows", period,
+                     " and QEMU" if not args.port else ""))
+            sys.stdout.flush()
+            reported = False
+            while True:
+                time.sleep(0.2)
+                if bridge.done.is_set() and not reported:
+                    reported = True
+                    print("node: stimulus done after %d rows; still relaying until Ctrl-C"
+                          % bridge.sent_rows)
+                    sys.stdout.flush()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"qemu": cmd_qemu, "deploy": cmd_deploy, "exec": cmd_exec}[args.command]
+    handler = {"qemu": cmd_qemu, "deploy": cmd_deploy, "exec": cmd_exec,
+               "firmware": cmd_firmware, "provision": cmd_provision, "verify": cmd_verify,
+               "all": cmd_all}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:
         return 130
     except (ReplError, RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as e:
+        # ValueError includes provision.ProvisionError (a config key) and bad arguments.
         print("flash: %s" % e, file=sys.stderr)
         return 1
 

@@ -28,9 +28,9 @@ import tty
 from pathlib import Path
 from typing import Any, Sequence
 
-from shared_protocol.fixedpoint import parse_decimal
 from tools.flash import BOARDS as FLASH_BOARDS
 from tools.flash import MICROBIT_FILES, check_imports, deploy, plan, resolve_sources
+from tools.provision import node_call
 from tools.qemu import QemuMicrobit
 
 from . import RigError
@@ -111,14 +111,9 @@ class QemuRig:
     # -- running -----------------------------------------------------------------------------
     def start(self, config: dict[str, Any], stimulus: Sequence[Sequence[int]] | None = None) -> None:
         self._idle()
-        cols = [(c["num"], c["den"], c.get("offset", 0), c["raw_min"], c["raw_max"], c["delta_q"])
-                for c in config["columns"]]
-        eps = parse_decimal(config["epsilon"])
         if "window_records" not in config:
             raise RigError("the micro:bit node has no clock for window_seconds: give window_records")
-        call = "mbnode.run(%d,%d,%r,%r,%r,%d,%r)" % (
-            config["device_id"], config.get("config_id", 0), cols, eps, list(config["centre"]),
-            config["window_records"], parse_decimal(config["window_cap"]))
+        call = node_call(config)     # what `tools/flash.py all` runs
         self._start_gateway(config)
         repl = self._board()
         repl.soft_reset()
@@ -149,8 +144,8 @@ class QemuRig:
 
     def _pump(self, first: bytes, rows: list[bytes]) -> None:
         """Device -> capture + gateway pty; each ``?`` line of the device -> the next row."""
-        assert self.qemu is not None and self.qemu.transport is not None
-        tr = self.qemu.transport
+        assert self.repl is not None
+        tr = self.repl.transport
         pending = bytearray()
         line = bytearray()
         i = 0

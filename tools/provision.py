@@ -1,0 +1,461 @@
+"""The library side of ``tools/flash.py firmware|provision|verify|all``.
+
+    flash_image("esp32", "ESP32_GENERIC-20240602-v1.23.0.bin", "/dev/ttyUSB0")
+    cfg = build_config("esp32", base, device_id=7, password=pw, broker_host="192.168.1.20")
+    write_config(repl, cfg)                       # config.json on the board, verified
+    bad = verify_files(repl, expected)            # {} when every file matches
+    with NodeBridge(repl, node_args(cfg), rows, 0.0) as bridge:   # micro:bit boards
+        bridge.pty                                # give this to `dpsense gateway --port`
+
+Config rules are firmware/config.py's own ``validate`` with the board's profile from
+firmware/boards/, run on the host, so a provisioning error names its key before anything
+is written. The micro:bit gets only what ``mbnode.run`` takes (its ~9.8 KB heap holds no
+JSON validation; see firmware/README.md), and no broker password: the gateway logs in
+for it.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import math
+import os
+import select
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import tty
+import zlib
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tools.rawrepl import RawRepl, RawReplError, ReplError  # noqa: E402
+
+Log = Callable[[str], None]
+
+# The config `provision` starts from when neither --config-json nor --from-profile is
+# given: firmware/README.md's example (a ~1.6 V ADC input and a signed sensor), with a
+# window cap that lets every reading of the window through (a demo, not a budget).
+DEMO_CONFIG: dict[str, Any] = {
+    "config_id": 1,
+    "columns": [
+        {"num": 1, "den": 1, "offset": 0, "raw_min": -5000, "raw_max": 5000, "delta_q": 25},
+        {"num": 3300, "den": 65535, "offset": 0, "raw_min": 0, "raw_max": 65535, "delta_q": 40},
+    ],
+    "epsilon": "0.5",
+    "centre": [0, 1650],
+    "window_records": 600,
+    "window_cap": "600",      # the whole window: a demo that keeps releasing at 1 reading/s
+    "period_ms": 1000,
+}
+
+# Keys of a provisioning file that say nothing about the board's config: a
+# profile.json may carry them for the host (the micro:bit's stimulus pacing).
+MICROBIT_KEYS = ("device_id", "config_id", "columns", "epsilon", "centre", "window_records",
+                 "window_cap")
+BROKER_KEYS = ("broker_host", "broker_port", "broker_user", "broker_password")
+
+
+class ProvisionError(ValueError):
+    """A config that cannot go to this board; the text names the key."""
+
+
+def profile_name(board: str) -> str:
+    return "microbit" if board == "qemu-microbit" else board
+
+
+def board_profile(board: str) -> dict[str, Any]:
+    """``PROFILE`` of firmware/boards/<board>.py, imported on the host."""
+    return importlib.import_module("firmware.boards." + profile_name(board)).PROFILE
+
+
+def load_base(config_json: str | None, from_profile: str | None) -> dict[str, Any]:
+    """The starting config: a JSON file (config or profile), or ``DEMO_CONFIG``."""
+    path = config_json or from_profile
+    if path is None:
+        return json.loads(json.dumps(DEMO_CONFIG))
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ProvisionError("%s: %s" % (path, e)) from None
+    if not isinstance(doc, dict):
+        raise ProvisionError("%s: must be a JSON object" % path)
+    # A profile may wrap the config as {"config": {...}, ...}.
+    if from_profile and isinstance(doc.get("config"), dict):
+        doc = doc["config"]
+    return doc
+
+
+def build_config(board: str, base: dict[str, Any], device_id: int, password: str | None,
+                 broker_host: str = "127.0.0.1", broker_port: int = 1883) -> dict[str, Any]:
+    """The config.json for ``board``: ``base`` plus the device's identity and account,
+    checked with firmware/config.py's ``validate`` (ProvisionError names the key)."""
+    from firmware.config import ConfigError, validate
+    profile = board_profile(board)
+    raw = dict(base)
+    raw["device_id"] = device_id
+    host_only = raw.pop("period_ms", None) if profile["name"] == "microbit" else None
+    if profile["transport"] == "mqtt":
+        if profile["name"] != "unix" and broker_host in ("127.0.0.1", "localhost", "::1"):
+            raise ProvisionError("broker_host: %s is this machine's loopback; the %s board needs "
+                                 "an address it can reach (give --broker-host, e.g. this "
+                                 "machine's LAN address)" % (broker_host, profile["name"]))
+        raw.update(broker_host=broker_host, broker_port=broker_port,
+                   broker_user="d%d" % device_id, broker_password=password)
+    else:
+        for k in BROKER_KEYS:
+            raw.pop(k, None)
+    try:
+        validate(raw, profile)
+    except ConfigError as e:
+        raise ProvisionError("config error for board %s: %s" % (profile["name"], e)) from None
+    if profile["name"] == "microbit":
+        if "window_seconds" in raw:
+            raise ProvisionError("window_seconds: the micro:bit node has no clock for it; "
+                                 "give window_records")
+        raw = {k: raw[k] for k in MICROBIT_KEYS if k in raw}
+        if host_only is not None:
+            raw["period_ms"] = host_only
+    return raw
+
+
+def config_bytes(cfg: dict[str, Any]) -> bytes:
+    return json.dumps(cfg, separators=(",", ":"), sort_keys=True).encode()
+
+
+def node_call(cfg: dict[str, Any]) -> str:
+    """The ``mbnode.run(...)`` call for a micro:bit config (what firmware/README.md names)."""
+    from shared_protocol.fixedpoint import parse_decimal
+    cols = [(c["num"], c["den"], c.get("offset", 0), c["raw_min"], c["raw_max"], c["delta_q"])
+            for c in cfg["columns"]]
+    return "mbnode.run(%d,%d,%r,%r,%r,%d,%r)" % (
+        cfg["device_id"], cfg.get("config_id", 0), cols, parse_decimal(cfg["epsilon"]),
+        list(cfg["centre"]), cfg["window_records"], parse_decimal(cfg["window_cap"]))
+
+
+def add_device_account(data_dir: str | Path, device_id: int, broker_port: int) -> str:
+    """Create or reset the broker account ``d<N>``; its password.
+
+    Adding an account rewrites the broker's mosquitto.conf; its listener line is kept
+    as it is (a broker run with ``--broker-host 0.0.0.0`` for boards on the LAN stays so).
+    """
+    from cloud.broker import Broker
+    host, port = "127.0.0.1", broker_port
+    conf = Path(data_dir) / "broker" / "mosquitto.conf"
+    if conf.is_file():
+        for line in conf.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == "listener" and parts[1].isdigit():
+                host, port = parts[2], int(parts[1])
+    _, password = Broker(data_dir, port=port, host=host).add_device(device_id)
+    return password
+
+
+# -- firmware images -----------------------------------------------------------------------
+
+def find_mount(label: str, roots: Sequence[str] = ("/media", "/run/media", "/mnt")) -> Path | None:
+    """A mounted drive named ``label`` (RPI-RP2, MICROBIT) under the usual places."""
+    for root in roots:
+        r = Path(root)
+        if not r.is_dir():
+            continue
+        for cand in [r / label] + [p / label for p in sorted(r.iterdir()) if p.is_dir()]:
+            try:
+                if cand.is_dir():
+                    return cand
+            except OSError:
+                continue
+    return None
+
+
+def flash_image(board: str, image: str | None, port: str | None, mount: str | None = None,
+                log: Log = print, run: Callable[..., Any] = subprocess.run) -> None:
+    """Put a MicroPython image on ``board``; ReplError/ValueError say what is missing."""
+    if board == "qemu-microbit":
+        from tools.qemu import FIRMWARE
+        log("qemu-microbit: nothing to flash; the emulator loads Debian's %s itself "
+            "(package firmware-microbit-micropython)" % FIRMWARE)
+        return
+    if board == "unix":
+        raise ValueError("--board unix has no firmware to flash (the port is the "
+                         "micropython binary; see scripts/setup.sh)")
+    if not image:
+        raise ValueError("firmware needs --image FILE (a MicroPython image for %s)" % board)
+    img = Path(image)
+    if not img.is_file():
+        raise ValueError("no such image: %s" % image)
+    if board == "esp32":
+        if not port:
+            raise ValueError("--board esp32 needs --port (e.g. --port /dev/ttyUSB0)")
+        if img.suffix != ".bin":
+            raise ValueError("%s: an ESP32 image is a .bin file (ESP32_GENERIC-*.bin)" % image)
+        if importlib.util.find_spec("esptool") is None:
+            raise ReplError("esptool is not installed: pip install esptool "
+                            "(then run this command again)")
+        cmd = [sys.executable, "-m", "esptool", "--port", port, "write_flash", "-z", "0x1000",
+               str(img)]
+        log("$ " + " ".join(cmd))
+        r = run(cmd)
+        if r.returncode:
+            raise ReplError("esptool failed with exit status %d (is the board on %s? hold "
+                            "BOOT while it connects)" % (r.returncode, port))
+        return
+    if board in ("pico", "pico_w"):
+        suffix, label, how = ".uf2", "RPI-RP2", "hold BOOTSEL while plugging the Pico in"
+    elif board == "microbit":
+        suffix, label, how = ".hex", "MICROBIT", "plug the micro:bit in over USB"
+    else:
+        raise ValueError("unknown board %r" % board)
+    if img.suffix.lower() != suffix:
+        raise ValueError("%s: a %s image is a %s file" % (image, board, suffix))
+    dest = Path(mount) if mount else find_mount(label)
+    if dest is None or not dest.is_dir():
+        raise ReplError("no %s drive %s: %s, or give --mount PATH"
+                        % (label, "at %s" % mount if mount else "mounted under /media", how))
+    log("copying %s to %s" % (img, dest))
+    shutil.copyfile(img, dest / img.name)
+    log("done: the board reboots into MicroPython when the copy is complete")
+
+
+# -- writing and verifying files -----------------------------------------------------------
+
+def write_config(repl: RawRepl | None, cfg: dict[str, Any], folder: Path | None = None,
+                 name: str = "config.json") -> bytes:
+    data = config_bytes(cfg)
+    if folder is not None:
+        (folder / name).write_bytes(data)
+        os.chmod(folder / name, 0o600)
+    else:
+        assert repl is not None
+        repl.write_file(name, data)
+    return data
+
+
+_SHA_FN = (
+    "import hashlib,binascii\n"
+    "def _dps_h(n):\n"
+    " h=hashlib.sha256()\n"
+    " try:\n"
+    "  f=open(n,'rb')\n"
+    " except OSError:\n"
+    "  print(n,'-');return\n"
+    " while 1:\n"
+    "  d=f.read(256)\n"
+    "  if not d:break\n"
+    "  h.update(d)\n"
+    " f.close()\n"
+    " print(n,binascii.hexlify(h.digest()).decode())\n"
+)
+
+
+def host_digest(data: bytes, algo: str) -> str:
+    if algo == "sha256":
+        return hashlib.sha256(data).hexdigest()
+    v = zlib.adler32(data)
+    return "%d:%08x" % (len(data), v)
+
+
+def board_digests(repl: RawRepl, names: Sequence[str], log: Log = print) -> tuple[str, dict[str, str | None]]:
+    """``(algo, {name: digest or None if missing})`` computed on the board."""
+    try:
+        out = repl.exec(_SHA_FN + "".join("_dps_h(%r)\n" % n for n in names) + "del _dps_h", 60)
+    except RawReplError as e:
+        if "ImportError" not in e.exception_line:
+            raise
+        out = None
+    if out is not None:
+        got: dict[str, str | None] = {}
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                got[parts[0]] = None if parts[1] == "-" else parts[1]
+        return "sha256", got
+    log("  no hashlib on this board: Adler-32, computed in Python on the board")
+    got = {}
+    for n in names:
+        try:
+            size, a, b = repl.file_checksum(n)
+            got[n] = "%d:%08x" % (size, (b << 16) | a)
+        except RawReplError:
+            got[n] = None
+    return "adler32", got
+
+
+def folder_digests(folder: Path, names: Sequence[str], micropython: str) -> tuple[str, dict[str, str | None]]:
+    """The unix port's "board": the same sha256 code, run by micropython in the folder."""
+    code = _SHA_FN + "".join("_dps_h(%r)\n" % n for n in names)
+    r = subprocess.run([micropython, "-c", code], cwd=folder, capture_output=True, text=True,
+                       timeout=60)
+    if r.returncode:
+        raise ReplError("hashing under the unix port failed:\n" + r.stderr)
+    got: dict[str, str | None] = {}
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            got[parts[0]] = None if parts[1] == "-" else parts[1]
+    return "sha256", got
+
+
+def compare(expected: dict[str, bytes], algo: str, got: dict[str, str | None]) -> list[str]:
+    """Mismatches as text lines (empty when every file matches)."""
+    bad = []
+    for name, data in expected.items():
+        want = host_digest(data, algo)
+        have = got.get(name)
+        if have is None:
+            bad.append("%s: missing on the board" % name)
+        elif have != want:
+            bad.append("%s: board %s %s, host %s" % (name, algo, have, want))
+    return bad
+
+
+# -- the micro:bit node, started and fed from the host -------------------------------------
+
+def synthetic_rows(cfg: dict[str, Any], count: int | None = None) -> Iterator[list[int]]:
+    """Readings inside each column's raw range: a slow sine, one in 50 near the top."""
+    cols = cfg["columns"]
+    i = 0
+    while count is None or i < count:
+        row = []
+        for j, c in enumerate(cols):
+            lo, hi = c["raw_min"], c["raw_max"]
+            mid, amp = (lo + hi) // 2, (hi - lo) // 8
+            v = mid + int(amp * math.sin(i / 10.0 + j))
+            if i % 50 == 49:
+                v = hi - (hi - lo) // 20
+            row.append(v)
+        yield row
+        i += 1
+
+
+def read_rows(path: str) -> list[list[int]]:
+    rows = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            rows.append([int(v) for v in line.split(",")])
+        except ValueError:
+            raise ValueError("%s:%d: a row is raw0,raw1,... (ints), got %r" % (path, n, line)) from None
+    return rows
+
+
+class NodeBridge:
+    """Run ``mbnode`` on a micro:bit and hand its serial output to a gateway on a new pty.
+
+    The board's UART carries both directions: the node writes ``?`` and reads one
+    stimulus row. This bridge holds the board's line, answers each ``?`` with the next
+    row (``.`` when there are no more), and copies every other line the board sends to the
+    master side of a fresh pseudo-terminal; ``dpsense gateway --port <pty>`` reads the
+    other side. While no process holds that side (the master then polls POLLHUP), the
+    bridge sends no rows and holds what the board sent, so nothing is lost before the
+    gateway attaches or while it restarts; it waits ``settle_s`` after one attaches,
+    because opening a serial line raw (``tty.setraw``, TCSAFLUSH) discards its input.
+    """
+
+    def __init__(self, repl: RawRepl, call: str, rows: Iterable[Sequence[int]],
+                 period_s: float = 0.0, log: Log = print, settle_s: float = 0.5) -> None:
+        self.repl = repl
+        self.call = call
+        self.rows = iter(rows)
+        self.period_s = period_s
+        self.log = log
+        self.settle_s = settle_s
+        self.master, slave = os.openpty()
+        tty.setraw(slave)
+        self.pty = os.ttyname(slave)
+        os.close(slave)
+        os.set_blocking(self.master, False)
+        self._poll = select.poll()
+        self._poll.register(self.master, select.POLLOUT)
+        self.attached = False
+        self.sent_rows = 0
+        self.done = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> NodeBridge:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        repl = self.repl
+        repl.soft_reset()
+        # Imports first, on their own: compiling mbnode next to the call does not fit.
+        repl.exec("import gc,mbutil\ngc.collect()\nimport noise\ngc.collect()\n"
+                  "import mbnode\ngc.collect()", 30)
+        first = repl.exec_start("gc.collect()\n" + self.call)
+        self._thread = threading.Thread(target=self._pump, args=(first,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, first: bytes) -> None:
+        tr = self.repl.transport
+        pending = bytearray()
+        line = bytearray()
+        asked = 0
+        next_at = time.monotonic()
+        data = first
+        while not self._stop.is_set():
+            for b in data:
+                line.append(b)
+                if b == 10:
+                    text = line.rstrip(b"\r\n")
+                    if text == b"?":
+                        asked += 1          # the host's request, not for the gateway
+                    else:
+                        if text.startswith(b"stimulus done"):
+                            self.done.set()
+                        pending += line
+                    line = bytearray()
+            data = b""
+            if self._reader():
+                if pending:
+                    try:
+                        n = os.write(self.master, pending)
+                        del pending[:n]
+                    except (BlockingIOError, InterruptedError):
+                        pass
+                if asked and not pending and time.monotonic() >= next_at:
+                    row = next(self.rows, None)
+                    tr.write(b".\n" if row is None
+                             else (",".join(str(int(v)) for v in row) + "\n").encode())
+                    asked -= 1
+                    if row is not None:
+                        self.sent_rows += 1
+                    next_at = time.monotonic() + self.period_s
+            try:
+                data = tr.read_some(0.01 if pending or asked else 0.1)
+            except OSError:
+                break
+
+    def _reader(self) -> bool:
+        """Does a process hold the pty's other side (and has it settled)?"""
+        held = not any(ev & select.POLLHUP for _, ev in self._poll.poll(0))
+        if held and not self.attached:
+            time.sleep(self.settle_s)
+            held = not any(ev & select.POLLHUP for _, ev in self._poll.poll(0))
+        self.attached = held
+        return held
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        try:
+            self.repl.enter()
+        except (ReplError, OSError):
+            pass
+        if self.master >= 0:
+            os.close(self.master)
+            self.master = -1
