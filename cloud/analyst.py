@@ -26,22 +26,35 @@ from cloud.correction import messages as msg
 from cloud.correction.rules import reduce_rows
 from cloud.ingest.service import Connection
 from cloud.outliers.dbscan import DBSCANOutliers
+from cloud.outliers.distance import BetaRAnomalies, DistanceOutliers
+
+
+DETECTORS = ("dbscan", "kr", "beta_r")
 
 
 @dataclass(frozen=True)
 class AnalystParams:
-    """Detection settings, in quanta (the unit of the released values)."""
+    """Detection settings, in quanta (the unit of the released values).
+
+    ``detector`` picks the outlier notion applied to every window: ``dbscan`` (noise
+    points of DBSCAN(eps_q, min_samples), the paper's), ``kr`` (fewer than
+    ``min_samples`` other readings within ``eps_q``, SPEC 4.1) or ``beta_r`` (at most
+    ``min_samples`` readings, itself included, within ``eps_q``, SPEC 2.1).
+    """
 
     eps_q: float
     min_samples: int
     window: int = 100_000
     round_timeout: float = 60.0
+    detector: str = "dbscan"
 
     def __post_init__(self) -> None:
         if not self.eps_q > 0:
             raise ValueError("eps_q must be > 0")
         if self.min_samples < 1:
             raise ValueError("min_samples must be >= 1")
+        if self.detector not in DETECTORS:
+            raise ValueError("detector must be one of %s" % (DETECTORS,))
         if self.window < 2:
             raise ValueError("window must be >= 2")
         if not self.round_timeout > 0:
@@ -96,14 +109,21 @@ class Analyst:
             if body["step"] == step:
                 return body
 
+    def detector(self) -> Any:
+        p = self.params
+        if p.detector == "kr":
+            return DistanceOutliers(k=p.min_samples, r=p.eps_q)
+        if p.detector == "beta_r":
+            return BetaRAnomalies(beta=p.min_samples, r=p.eps_q)
+        return DBSCANOutliers(p.eps_q, p.min_samples)
+
     def process_window(self, store: Any, window_id: int, start_row: int, size: int) -> dict[str, Any]:
         """Detect on one window and run its correction round; returns the saved result."""
         t0 = time.perf_counter()
         w = store.window(start_row, size)
         values = np.asarray(w.values, dtype=float)
         n = len(w.row_ids)
-        presumed = np.flatnonzero(
-            DBSCANOutliers(self.params.eps_q, self.params.min_samples).fit_predict(values) == -1)
+        presumed = np.flatnonzero(self.detector().fit_predict(values) == -1)
         dist = np.linalg.norm(values - values.mean(axis=0), axis=1)
         t_detect = time.perf_counter() - t0
         t1 = time.perf_counter()

@@ -137,6 +137,9 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dbscan-min-samples", type=int, help="DBSCAN min_samples (default: profile.json, else 60)")
     p.add_argument("--quantum", type=float, help="units per quantum (default: profile.json, else 0.01)")
     p.add_argument("--window", type=int, default=100_000, help="readings per detection window (default 100000)")
+    p.add_argument("--detector", choices=("dbscan", "kr", "beta_r"), default="dbscan",
+                   help="outlier notion per window: DBSCAN noise (default), (k, r) outliers with "
+                        "k = min-samples and r = dbscan-eps, or (beta, r) anomalies with beta = min-samples")
     p.add_argument("--flush-idle", type=float,
                    help="also process a partial window once nothing arrived for this many seconds")
     p.add_argument("--exit-when-done", action="store_true",
@@ -160,7 +163,7 @@ def do_analyst(args: argparse.Namespace) -> int:
         quantum = profile_default(args, st, "quantum", 0.01)
         params = AnalystParams(eps_q=profile_default(args, st, "dbscan_eps", 12.0) / quantum,
                                min_samples=int(profile_default(args, st, "dbscan_min_samples", 60)),
-                               window=args.window)
+                               window=args.window, detector=args.detector)
         opener = lambda: open_analyst_store(st.analyst_db)  # noqa: E731
         opener().close()            # create the database once, before two threads open it
         ingest = None

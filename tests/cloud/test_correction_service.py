@@ -80,3 +80,21 @@ def test_bad_messages_get_an_error_reply_not_a_crash():
     for bad in (b"", b"[]", b'{"step": "nope", "round": 1}', b'{"step": "split"}'):
         with pytest.raises(msg.RoundError):
             msg.decode(bad)
+
+
+@pytest.mark.parametrize("detector", ["dbscan", "kr", "beta_r"])
+def test_analyst_detectors_find_an_isolated_reading(detector):
+    from cloud.analyst import Analyst, AnalystParams
+    from cloud.ingest.service import Connection
+    rng = np.random.default_rng(1)
+    values = np.vstack([rng.normal(0, 1, (300, 2)), [[40.0, 40.0]]])
+    a = Analyst(Connection("127.0.0.1", 1, "analyst", "x", "t"), lambda: None,
+                AnalystParams(eps_q=2.0, min_samples=5, detector=detector))
+    flagged = np.flatnonzero(a.detector().fit_predict(values) == -1)
+    assert 300 in flagged and len(flagged) < 30
+
+
+def test_analyst_rejects_an_unknown_detector():
+    from cloud.analyst import AnalystParams
+    with pytest.raises(ValueError):
+        AnalystParams(eps_q=1.0, min_samples=5, detector="iforest")
