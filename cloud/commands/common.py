@@ -92,3 +92,12 @@ class IngestThread:
 
     def join(self) -> None:
         self.thread.join(15)
+
+
+def stop_on_sigterm() -> "threading.Event":
+    """An event that SIGTERM sets, so a service stops cleanly (flushing its batch) on `kill`."""
+    import signal
+    import threading
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    return stop

@@ -10,6 +10,7 @@ from cloud.commands.common import (
     connection_for,
     profile_default,
     settings_from,
+    stop_on_sigterm,
 )
 
 
@@ -30,8 +31,6 @@ def parser_broker(p: argparse.ArgumentParser) -> None:
 
 
 def do_broker(args: argparse.Namespace) -> int:
-    import signal
-    import threading
 
     from cloud.broker import Broker, BrokerError
     st = settings_from(args)
@@ -46,8 +45,7 @@ def do_broker(args: argparse.Namespace) -> int:
             for name, role in sorted(b.accounts().items()):
                 print("%-16s %s" % (name, role))
         else:
-            stop = threading.Event()
-            signal.signal(signal.SIGTERM, lambda *a: stop.set())
+            stop = stop_on_sigterm()
             with b.running():
                 print("broker: mosquitto on %s:%d, files in %s (log %s); Ctrl-C stops it"
                       % (b.host, b.port, b.dir, b.log_path), file=sys.stderr, flush=True)
@@ -72,16 +70,13 @@ def parser_ingest(p: argparse.ArgumentParser) -> None:
 
 
 def do_ingest(args: argparse.Namespace) -> int:
-    import signal
-    import threading
 
     from cloud.broker import BrokerError
     from cloud.ingest.service import IngestService
     from cloud.storage import open_analyst_store, open_correction_store
     from cloud.storage.repository import AnalystStore, CorrectionStore, StorageError
     st = settings_from(args)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    stop = stop_on_sigterm()
     try:
         conn = connection_for(st, args.user or args.role, "dpsense-ingest-" + args.role)
         store: AnalystStore | CorrectionStore
@@ -149,16 +144,13 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
 
 
 def do_analyst(args: argparse.Namespace) -> int:
-    import signal
-    import threading
 
     from cloud.analyst import Analyst, AnalystParams
     from cloud.broker import BrokerError
     from cloud.storage import open_analyst_store
     from cloud.storage.repository import StorageError
     st = settings_from(args)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    stop = stop_on_sigterm()
     try:
         quantum = profile_default(args, st, "quantum", 0.01)
         params = AnalystParams(eps_q=profile_default(args, st, "dbscan_eps", 12.0) / quantum,
@@ -196,8 +188,6 @@ def parser_correction(p: argparse.ArgumentParser) -> None:
 
 
 def do_correction(args: argparse.Namespace) -> int:
-    import signal
-    import threading
 
     from cloud.broker import BrokerError
     from cloud.correction.rules import CorrectionParams
@@ -206,8 +196,7 @@ def do_correction(args: argparse.Namespace) -> int:
     from cloud.storage import open_correction_store
     from cloud.storage.repository import StorageError
     st = settings_from(args)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    stop = stop_on_sigterm()
     try:
         w_o = args.w_o
         if w_o is None:
@@ -249,14 +238,11 @@ def parser_gateway(p: argparse.ArgumentParser) -> None:
 
 
 def do_gateway(args: argparse.Namespace) -> int:
-    import signal
-    import threading
 
     from cloud.broker import BrokerError
     from cloud.gateway import run
     st = settings_from(args)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    stop = stop_on_sigterm()
     try:
         conn = connection_for(st, "d%d" % args.device_id, "unused")
         run(args.port, args.device_id, st.broker_host, st.broker_port, conn.password, baud=args.baud,

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cloud.privacy.lda import dp_lda_synthesise
 from cloud.privacy.publishing import (
     Schema,
-    dp_lda_synthesise,
     dp_pca_publish,
     exponential_publish,
     laplace_publish,

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from cloud.privacy.accountant import BudgetAccountant, BudgetError
+from cloud.privacy.lda import dp_lda_synthesise
 from cloud.privacy.publishing import (
     Schema,
     _laplace,
-    dp_lda_synthesise,
     dp_pca_publish,
     exponential_publish,
     laplace_publish,
