@@ -1,8 +1,10 @@
-"""Helpers of firmware/mbnode.py, in their own module so that the micro:bit can compile
-each of the two files within its heap. Import ``mbutil``, then ``noise``, then ``mbnode``:
-another order leaves the heap too fragmented to compile ``mbnode``.
+"""Helpers of firmware/mbnode.py: scaling, noise, record encoding and framing.
+
+The micro:bit compiles each module on the board, in a heap too small for one large
+file, so the node is split: ``mbutil`` (this), ``mbio`` (UART lines, acknowledgements and
+the files on flash), ``mbnode`` (the loop). Import them in the order ``mbutil``, ``mbio``,
+``noise``, ``mbnode``: another order leaves the heap too fragmented to compile ``mbnode``.
 """
-import gc
 import struct
 
 _MAX = 2147483647
@@ -55,6 +57,30 @@ def pack(rng, rb, cb, tok, y, dd, dev, boot, seq, cfg_id):
     put32(cb, 12, _MAX if dd > _MAX else -_MAX if dd < -_MAX else dd)
 
 
+def emit(rng, cols, lap, centre, ln, n, rb, cb, tok, dev, boot, seq, cfg_id, d):
+    """Release the reading ``raw0,raw1,...`` in ``ln[:n]`` (Node.release's draws): scale and
+    clamp each column, add its noise, encode both records, keep their framed lines in a
+    file named by the token (before they are sent: ``d`` is the folder prefix), return them."""
+    raw = bytes(ln[:n]).split(b",")
+    q = []
+    y = []
+    for j in range(len(cols)):
+        c = cols[j]
+        r = int(raw[j])
+        r = c[3] if r < c[3] else c[4] if r > c[4] else r
+        v = (2 * c[0] * r + c[1]) // (2 * c[1]) + c[2]
+        q.append(v)
+        y.append(v + lap[j].sample())
+    pack(rng, rb, cb, tok, y, norm(y, centre) - norm(q, centre), dev, boot, seq, cfg_id)
+    a = frame(rb)
+    b = frame(cb)
+    a += b
+    f = open(d + str(bytes(b[9:25]), "ascii"), "wb")
+    f.write(a)
+    f.close()
+    return a
+
+
 def norm(v, c):
     """Euclidean |v - c| rounded to the nearest int (distance.distance_q), no floats."""
     n = 0
@@ -75,41 +101,3 @@ def norm(v, c):
             break
         x = y
     return x + 1 if n - x * x > x else x
-
-
-def ft(n, d):
-    """ledger.frac_text: ``"3/10"``, or ``"2"`` for a whole number."""
-    a = n
-    b = d
-    while b:
-        a, b = b, a % b
-    return "%d" % (n // a) if a == d else "%d/%d" % (n // a, d // a)
-
-
-def ask(w, ri, one, ln):
-    """Ask the host for a reading (console line ``?``); the length of the reply in ``ln``,
-    or -1 for ``.`` (no more). One byte at a time into fixed buffers: on the micro:bit,
-    ``uart.read()`` allocates 256 bytes a call, which soon fails on a fragmented heap."""
-    w(b"?\n")
-    n = 0
-    while True:
-        if ri(one):
-            if one[0] == 10:
-                return -1 if n and ln[0] == 46 else n
-            if n < len(ln):
-                ln[n] = one[0]
-                n += 1
-
-
-def say(w, wi, cp, spent, un, dev, boot, er, seq):
-    """The console line and status message of a window that reached its cap (app.py's)."""
-    gc.collect()
-    c = ft(cp, un)
-    a = ft(spent, un)
-    w(bytes("ledger: window %d cap %s reached (spent %s); withholding readings until window %d\n"
-            % (wi, c, a, wi + 1), "ascii"))
-    w(bytes('status: {"event":"window_cap","device":%d,"boot":%d,"board":"microbit",'
-            '"entropy":"getrandbits","eps_record":"%s","window":%d,"spent":"%s","cap":"%s",'
-            '"withheld":1,"released":%d}\n' % (dev, boot, er, wi, a, c, seq), "ascii"))
-
-

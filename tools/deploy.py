@@ -173,7 +173,35 @@ class Upload:
 # What a micro:bit gets by default: the slim serial node and the one module it needs
 # (the full firmware does not fit its heap; see firmware/mbnode.py). Order matters:
 # importing them in this order leaves the heap unfragmented for compiling each.
-MICROBIT_FILES = ("mbutil", "noise", "mbnode")
+MICROBIT_FILES = ("mbutil", "mbio", "noise", "mbnode")
+# The raw-REPL lines that import them on the board, collecting garbage in between.
+MICROBIT_IMPORTS = "import gc\n" + "".join("import %s\ngc.collect()\n" % m for m in MICROBIT_FILES)
+# Top-level functions the micro:bit node never calls, left out of the shrunk copy:
+# every byte of code costs heap there, since the board compiles its modules itself.
+MICROBIT_UNUSED = {"noise.py": ("bernoulli_exp", "scale_for")}
+
+
+def drop_functions(text: str, names: Sequence[str]) -> str:
+    """Shrunk source ``text`` without the top-level functions ``names`` (each must exist)."""
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    skipping = False
+    found = set()
+    for ln in lines:
+        if not ln[:1].isspace():
+            skipping = False
+            for n in names:
+                if ln.startswith("def %s(" % n):
+                    skipping = True
+                    found.add(n)
+        if not skipping:
+            out.append(ln)
+    missing = set(names) - found
+    if missing:
+        raise ValueError("no top-level function %s to leave out" % ", ".join(sorted(missing)))
+    result = "".join(out)
+    ast.parse(result)
+    return result
 
 
 def default_sources() -> list[Path]:
@@ -231,6 +259,8 @@ def plan(board: Board, sources: Sequence[Path], shrink: bool | None = None) -> l
         seen[target] = path
         raw = path.read_bytes()
         data = shrink_source(raw.decode("utf-8")).encode("utf-8") if do_shrink else raw
+        if do_shrink and board.flat and path.name in MICROBIT_UNUSED:
+            data = drop_functions(data.decode("utf-8"), MICROBIT_UNUSED[path.name]).encode("utf-8")
         uploads.append(Upload(path, target, data))
     return uploads
 

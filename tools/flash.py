@@ -26,6 +26,7 @@ from tools.deploy import (  # noqa: E402
     FIRMWARE_DIR,
     GENERIC_SERIAL,
     MICROBIT_FILES,
+    MICROBIT_IMPORTS,
     PACKAGE,
     SHARED_DIR,
     Board,
@@ -48,7 +49,7 @@ from tools.qemu import QemuMicrobit  # noqa: E402
 from tools.rawrepl import RawRepl, RawReplError, ReplError  # noqa: E402
 
 # The library names stay importable from here (tests and rigs use ``tools.flash``).
-__all__ = ["BOARDS", "Board", "ENTRY_POINTS", "FIRMWARE_DIR", "GENERIC_SERIAL", "Log", "MICROBIT_FILES",
+__all__ = ["BOARDS", "Board", "ENTRY_POINTS", "FIRMWARE_DIR", "GENERIC_SERIAL", "Log", "MICROBIT_FILES", "MICROBIT_IMPORTS",
            "PACKAGE", "QemuMicrobit", "RawRepl", "RawReplError", "ReplError", "SHARED_DIR", "Upload",
            "check_imports", "check_imports_unix", "default_sources", "default_uploads", "deploy",
            "deploy_folder", "importable", "main", "micropython_binary", "open_board", "plan",

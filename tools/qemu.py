@@ -74,6 +74,7 @@ class QemuMicrobit:
 
     def __init__(self, firmware: str | Path = FIRMWARE, qemu: str = QEMU,
                  boot_timeout: float = 20.0) -> None:
+        self._monitor_dir: tempfile.TemporaryDirectory[str] | None = None
         self.firmware = Path(firmware)
         self.qemu = qemu
         self.boot_timeout = boot_timeout
@@ -102,9 +103,11 @@ class QemuMicrobit:
         if reason:
             raise QemuUnavailable(reason)
         self._log = tempfile.TemporaryFile()
+        self._monitor_dir = tempfile.TemporaryDirectory(prefix="dpsense-qemu-")
         cmd = [self.qemu, "-M", "microbit",
                "-device", "loader,file=%s" % self.firmware,
-               "-nographic", "-serial", "pty", "-monitor", "none"]
+               "-nographic", "-serial", "pty",
+               "-monitor", "unix:%s,server,nowait" % self._monitor_path()]
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
                                       stderr=subprocess.STDOUT, start_new_session=True,
                                       preexec_fn=_die_with_parent)
@@ -117,6 +120,28 @@ class QemuMicrobit:
             self.close()
             raise
         return self
+
+    def _monitor_path(self) -> str:
+        assert self._monitor_dir is not None
+        return str(Path(self._monitor_dir.name) / "monitor.sock")
+
+    def reset(self) -> str:
+        """Press the reset button: QEMU's ``system_reset`` restarts the chip with its RAM
+        lost and its flash (MicroPython's file system) kept, as a power cut does. Returns
+        once the board's ``>>>`` prompt is back (its boot banner)."""
+        import socket
+        if not self.running() or self.transport is None:
+            raise RuntimeError("the emulator is not running")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mon:
+            mon.settimeout(5.0)
+            mon.connect(self._monitor_path())
+            mon.sendall(b"system_reset\n")
+            seen = b""
+            while b"system_reset" not in seen:
+                seen += mon.recv(4096)
+        self.banner = self._wait_for_prompt()
+        self._wait_for_echo()
+        return self.banner
 
     def _qemu_output(self) -> bytes:
         assert self._log is not None
@@ -197,3 +222,6 @@ class QemuMicrobit:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._monitor_dir is not None:
+            self._monitor_dir.cleanup()
+            self._monitor_dir = None

@@ -3,18 +3,22 @@
     device (QEMU, firmware/mbnode.py) --UART pty--> tap (this rig) --pty--> dpsense gateway
         --MQTT as d<N>, through the cloud side's relay--> Mosquitto --> dpsense ingest --> SQLite
 
-``deploy()`` boots QEMU and writes ``noise.py``, ``mbnode.py`` with tools/flash.py
-and ``mbutil.py`` (flat, shrunk, verified), then soft-resets and imports them to measure the heap.
+``deploy()`` boots QEMU and writes the node's modules (tools/flash.py's MICROBIT_FILES:
+flat, shrunk, verified), then soft-resets and imports them to measure the heap.
 ``start(config, stimulus)`` starts the gateway on the tap's pty and runs
 ``mbnode.run(...)`` with the config's columns, epsilon, centre, window_records and
-window_cap through the raw REPL (the node's ledger is kept in RAM only).
+window_cap through the raw REPL (the node's ledger is kept in RAM only). ``reset()``
+presses the emulated reset button (QEMU ``system_reset``: RAM lost, flash kept) in the
+middle of a run and starts the node again with the same call, as a main.py would.
 
 The tap holds QEMU's pty for the whole test (QEMU drops output while nobody holds it),
 keeps every byte the device sends (``serial.bin``; ``console()`` includes it, so the
-raw-value scan covers the whole serial line), forwards it to the gateway, and answers
+raw-value scan covers the whole serial line), forwards it to the gateway, answers
 each ``?`` line of the node with the next stimulus row (``.`` when done): the micro:bit
-file system (~15 KB) could not hold the stimulus of the noise test. The gateway's log
-(``console.log``: the board's console lines, ``idle: ...``) is what ``expect`` reads.
+file system (~15 KB) could not hold the stimulus of the noise test; and passes the
+gateway's acknowledgement lines to the board, whole lines only, while the node runs.
+The gateway's log (``console.log``: the board's console lines and events, ``idle: ...``)
+is what ``expect`` reads.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tools.flash import BOARDS as FLASH_BOARDS
-from tools.flash import MICROBIT_FILES, check_imports, deploy, plan, resolve_sources
+from tools.flash import MICROBIT_FILES, MICROBIT_IMPORTS, check_imports, deploy, plan, resolve_sources
 from tools.provision import node_call
 from tools.qemu import QemuMicrobit
 
@@ -45,10 +49,8 @@ UNSUPPORTED = {
         "micro:bit node: takes its parameters from the rig; config.py (JSON validation) does "
         "not fit the ~9.8 KB heap",
     "test_broker_outage_loses_nothing_and_resends_identical_bytes":
-        "serial boards have no ring buffer and no acknowledgement (firmware/README.md): broker "
-        "outage and retransmission are the gateway's MQTT client, not the board",
-    "test_reset_mid_stream_loses_nothing_and_resends_identical_bytes":
-        "serial boards keep no ring buffer across a reset: nothing to resend",
+        "the micro:bit has no network: the broker connection (outage, reconnect, DUP resends) "
+        "is the gateway's MQTT client; the board's own store is tested by the reset test",
     "test_tls_with_a_verified_broker_and_refusal_of_an_unknown_one":
         "the micro:bit has no network and no TLS: the gateway talks to the broker",
 }
@@ -56,6 +58,8 @@ UNSUPPORTED = {
 
 class QemuRig:
     name = "qemu"
+    # The board's resends reach the broker as the gateway's new publishes (no DUP).
+    resends_with_dup = False
 
     def __init__(self, workdir: Path, board: str, cloud: CloudSide) -> None:
         self.dir = Path(workdir)
@@ -77,6 +81,8 @@ class QemuRig:
         self._tap_stop = threading.Event()
         self._master = self._slave = -1
         self._pos = 0
+        self._call = ""
+        self._rows: list[bytes] = []
 
     # -- files -----------------------------------------------------------------------------
     def _board(self):
@@ -113,17 +119,19 @@ class QemuRig:
         self._idle()
         if "window_records" not in config:
             raise RigError("the micro:bit node has no clock for window_seconds: give window_records")
-        call = node_call(config)     # what `tools/flash.py all` runs
+        self._call = node_call(config)     # what `tools/flash.py all` runs
+        self._rows = [(",".join(str(int(v)) for v in r) + "\n").encode() for r in (stimulus or [])]
         self._start_gateway(config)
+        self._board().soft_reset()
+        self._run_node()
+
+    def _run_node(self) -> None:
         repl = self._board()
-        repl.soft_reset()
         # Imports first, on their own: compiling mbnode next to the call's literals does not fit.
-        repl.exec("import gc,mbutil\ngc.collect()\nimport noise\ngc.collect()\n"
-                  "import mbnode\ngc.collect()", 30)
-        rest = repl.exec_start("gc.collect()\n" + call)
-        rows = [(",".join(str(int(v)) for v in r) + "\n").encode() for r in (stimulus or [])]
+        repl.exec(MICROBIT_IMPORTS, 30)
+        rest = repl.exec_start("gc.collect()\n" + self._call)
         self._tap_stop.clear()
-        self._tap = threading.Thread(target=self._pump, args=(rest, rows), daemon=True)
+        self._tap = threading.Thread(target=self._pump, args=(rest, list(self._rows)), daemon=True)
         self._tap.start()
 
     def _start_gateway(self, config: dict[str, Any]) -> None:
@@ -143,26 +151,36 @@ class QemuRig:
         self.expect(r"gateway: reading ", 30)
 
     def _pump(self, first: bytes, rows: list[bytes]) -> None:
-        """Device -> capture + gateway pty; each ``?`` line of the device -> the next row."""
+        """Device -> capture + gateway pty; each ``?`` line of the device -> the next row;
+        the gateway's lines -> the device."""
         assert self.repl is not None
         tr = self.repl.transport
         pending = bytearray()
         line = bytearray()
+        back = bytearray()
         i = 0
         data = first
         while not self._tap_stop.is_set():
+            try:
+                back += os.read(self._master, 4096)
+            except (BlockingIOError, OSError):
+                pass
+            cut = back.rfind(b"\n") + 1
+            if cut:
+                tr.write(bytes(back[:cut]))
+                del back[:cut]
             if data:
                 with self._serial_lock:
                     self._serial += data
-                pending += data
                 for b in data:
+                    line.append(b)
                     if b == 10:
-                        if line.rstrip(b"\r") == b"?":
+                        if line.rstrip(b"\r\n") == b"?":       # the rig's request, not the gateway's
                             tr.write(rows[i] if i < len(rows) else b".\n")
                             i += 1
+                        else:
+                            pending += line
                         line.clear()
-                    else:
-                        line.append(b)
             if pending:
                 try:
                     n = os.write(self._master, pending)
@@ -170,7 +188,14 @@ class QemuRig:
                 except BlockingIOError:
                     pass
             try:
-                data = tr.read_some(0.01 if pending else 0.1)
+                data = tr.read_some(0.01 if pending else 0.02)
+            except OSError:
+                break
+        while pending:                    # what the device sent reaches the gateway
+            try:
+                del pending[:os.write(self._master, pending)]
+            except BlockingIOError:
+                time.sleep(0.01)
             except OSError:
                 break
 
@@ -241,7 +266,20 @@ class QemuRig:
         return self._board().exec(code, timeout_s)
 
     def reset(self) -> None:
-        raise RigError("the qemu rig has no power-cut reset (serial boards keep no ring)")
+        """Reset button mid-run (RAM lost, flash kept), then the node starts again with the
+        same call and stimulus, as a main.py would; the gateway keeps running, and its
+        acknowledgements wait in its pty until the new node reads them."""
+        if self._tap is None or self.qemu is None:
+            raise RigError("reset: the node is not running")
+        self._stop_tap()
+        self.qemu.reset()
+        assert self.repl is not None
+        self.repl.enter()
+        self.repl.soft_reset()       # the heap as the first start had it
+        # A test that muted the relay muted the gateway's connection, which a reset of the
+        # board does not touch: reconnect it, as the gateway's keepalive would in time.
+        self.cloud.relay.unmute()
+        self._run_node()
 
     def stop(self) -> None:
         self._idle()

@@ -56,3 +56,107 @@ def test_status_console_lines_go_to_the_status_topic():
     gw.feed(b'status: {"event":"window_cap","window":0}\nstatus: {not json}\nstatus: [1]\n')
     assert pubs == [("dpsense/status/d7", b'{"event":"window_cap","window":0}')]
     assert gw.stats.console == 3 and gw.stats.status == 1 and gw.stats.malformed == 0
+
+
+def _tracking():
+    """A gateway whose publishes get message ids 1, 2, ... (as paho's do)."""
+    pubs: list[tuple[str, bytes]] = []
+    logs: list[str] = []
+
+    def publish(topic, payload):
+        pubs.append((topic, payload))
+        return len(pubs)
+
+    return Gateway(7, publish, logs.append, idle_s=0.0), pubs, logs
+
+
+def test_a_record_is_acknowledged_to_the_board_once_both_messages_are_acked_and_it_polls():
+    gw, pubs, _ = _tracking()
+    gw.feed(frame(READING) + frame(CORRECTION))           # message ids 1 and 2
+    gw.feed(b"!\n")
+    assert gw.take_replies() == b"!\n"                    # nothing acknowledged yet
+    gw.acked(1)
+    gw.acked(1)                                           # a duplicate PUBACK changes nothing
+    gw.feed(b"!\n")
+    assert gw.take_replies() == b"!\n"                    # the correction is not stored yet
+    gw.acked(2)
+    assert gw.take_replies() == b""                       # never unasked
+    gw.feed(b"!\n")
+    assert gw.take_replies() == b"!" + TOKEN.hex().encode() + b"\n!\n"
+    gw.feed(b"!\n")
+    assert gw.take_replies() == b"!\n"                    # each acknowledgement once
+    assert gw.stats.replies == 1
+
+
+def test_a_resent_record_is_published_again_and_acknowledged_again():
+    gw, pubs, _ = _tracking()
+    gw.feed((frame(READING) + frame(CORRECTION)) * 2)
+    assert len(pubs) == 4 and pubs[0] == pubs[2] and pubs[1] == pubs[3]
+    gw.acked(3)                                           # the copies' acks may come first
+    gw.acked(2)
+    gw.feed(b"!\n")
+    assert gw.take_replies() == b"!" + TOKEN.hex().encode() + b"\n!\n"
+    gw.acked(1)
+    gw.acked(4)
+    gw.feed(b"!\n")
+    assert gw.take_replies() == b"!" + TOKEN.hex().encode() + b"\n!\n"
+
+
+def test_a_poll_gets_at_most_two_acknowledgements_so_the_board_uart_never_overruns():
+    gw, pubs, _ = _tracking()
+    tokens = [bytes([i]) * 8 for i in range(5)]
+    for i, t in enumerate(tokens):
+        gw.feed(frame(wire.encode_reading(7, 1, i, t, 3, [i])) + frame(wire.encode_correction(t, i)))
+    for mid in range(1, 11):
+        gw.acked(mid)
+    answers = []
+    for _ in range(4):
+        gw.feed(b"!\n")
+        answers.append(gw.take_replies())
+    assert [a.count(b"\n") - 1 for a in answers] == [2, 2, 1, 0]
+    assert all(len(a) <= 2 * 18 + 2 for a in answers)
+    assert b"".join(answers).replace(b"!\n", b"") == b"".join(b"!" + t.hex().encode() + b"\n"
+                                                              for t in tokens)
+
+
+def test_acknowledged_before_publish_returned_still_counts():
+    pubs: list[tuple[str, bytes]] = []
+    holder: list[Gateway] = []
+
+    def publish(topic, payload):
+        pubs.append((topic, payload))
+        holder[0].acked(len(pubs))                        # paho's thread was faster
+        return len(pubs)
+
+    gw = Gateway(7, publish, lambda s: None, idle_s=0.0)
+    holder.append(gw)
+    gw.feed(frame(READING) + frame(CORRECTION) + b"!\n")
+    assert gw.take_replies() == b"!" + TOKEN.hex().encode() + b"\n!\n"
+
+
+def test_event_lines_become_the_full_firmware_console_text_and_status_messages():
+    gw, pubs, logs = _tracking()
+    gw.feed(b"#boot microbit getrandbits 7 99 1 4 2 2288\n#cap 0 4 4 4 1 4\n#done 30 12 310\n"
+            b"#idle 12 3 0\n#idle 12 3 2\n")
+    assert logs == [
+        "console: boot ok: board=microbit device=7 boot=99 entropy=getrandbits eps_record=1/4 "
+        "pending=2 mem_free=2288",
+        "console: ledger: window 0 cap 1 reached (spent 1); withholding readings until window 1",
+        "console: stimulus done: 30 readings, 12 released; firmware cost 310 us per reading",
+        "console: idle: all 12 records acknowledged (3 resent)",
+        "console: idle: 2 records not acknowledged, kept for the next boot (3 resent)"]
+    import json
+    boot, cap = [json.loads(p) for t, p in pubs]
+    assert all(t == "dpsense/status/d7" for t, _ in pubs)
+    assert boot == {"event": "boot", "device": 7, "boot": 99, "board": "microbit",
+                    "entropy": "getrandbits", "eps_record": "1/4", "pending": 2, "mem_free": 2288}
+    assert cap == {"event": "window_cap", "device": 7, "boot": 99, "board": "microbit",
+                   "entropy": "getrandbits", "eps_record": "1/4", "window": 0, "spent": "1",
+                   "cap": "1", "withheld": 1, "released": 4}
+    assert gw.stats.events == 5 and gw.stats.malformed == 0
+
+
+def test_malformed_event_lines_are_counted():
+    gw, pubs, logs = _tracking()
+    gw.feed(b"#nope 1\n#cap 1 2\n#done a b c\n#cap 0 1 1 0 1 1\n#\n")
+    assert pubs == [] and gw.stats.malformed == 5 and gw.stats.events == 0

@@ -1,4 +1,5 @@
 """firmware/mbnode.py (the slim micro:bit node) writes exactly what Node + serial_sender write."""
+import os
 import sys
 
 from shared_protocol.fixedpoint import Affine
@@ -10,22 +11,70 @@ sys.path.insert(0, "firmware")
 import mbnode  # noqa: E402
 from node import Node, serial_sender  # noqa: E402
 from ledger import OK, Ledger  # noqa: E402
+from tests.portable.fwutil import scratch  # noqa: E402
+
+import mbio  # noqa: E402
+import mbutil  # noqa: E402
+
+mbio.POLL = mbio.PAUSE = 5      # ms: keeps the waits for a silent gateway short here
+
+
+class PowerCut(Exception):
+    pass
 
 
 class FakeUart:
-    """The micro:bit ``uart``: answers each ``?`` line with the next row, then ``.``."""
+    """The micro:bit ``uart`` with the host on the other side: answers each ``?`` line
+    with the next row, then ``.``; as the gateway, answers each poll ``!`` with up to two
+    ``!<token>`` lines of the records it has seen, then ``!`` (``ack``: always;
+    ``ack_after``: only once that many records were resent, silent before; ``cut``: raise
+    PowerCut when asked for row ``cut``)."""
 
-    def __init__(self, rows):
+    def __init__(self, rows, ack=True, ack_after=None, cut=None):
         self.rows = [",".join([str(v) for v in r]) for r in rows]
         self.out = bytearray()
-        self._next = None
+        self._next = []
+        self.ack = ack
+        self.ack_after = ack_after
+        self.cut = cut
+        self.asked = 0
+        self.records = []     # (reading frame, correction frame) as written, resends included
+        self._line = bytearray()
+        self._reading = None
+        self._ready = []      # acknowledgements the gateway holds for the next poll
+        self.polls = 0
 
     def write(self, data):
         self.out += data
-        if bytes(data) == b"?\n":
-            line = self.rows.pop(0) if self.rows else "."
-            # delivered in two pieces, as a UART does
-            self._next = [bytes(line[:1], "ascii"), bytes(line[1:] + "\n", "ascii")]
+        for b in bytes(data):
+            if b != 10:
+                self._line.append(b)
+                continue
+            ln = bytes(self._line)
+            self._line = bytearray()
+            if ln == b"?":
+                if self.cut is not None and self.asked == self.cut:
+                    raise PowerCut()
+                self.asked += 1
+                line = self.rows.pop(0) if self.rows else "."
+                # delivered in two pieces, as a UART does
+                self._next += [bytes(line[:1], "ascii"), bytes(line[1:] + "\n", "ascii")]
+            elif ln == b"!":
+                self.polls += 1
+                if self.ack or (self.ack_after is not None and self.resent() >= self.ack_after):
+                    self._next += self._ready[:2] + [b"!\n"]
+                    del self._ready[:2]
+            elif ln.startswith(b"~") and len(ln) == 37:        # a correction record: 16 bytes
+                self.records.append((self._reading, ln))
+                self._ready.append(b"!" + ln[9:25] + b"\n")
+            elif ln.startswith(b"~"):
+                self._reading = ln
+
+    def resent(self):
+        seen = {}
+        for r in self.records:
+            seen[r] = seen.get(r, 0) + 1
+        return sum([k - 1 for k in seen.values()])
 
     def readinto(self, buf):
         if not self._next:
@@ -58,31 +107,59 @@ def _frames(data):
     return b"".join([ln + b"\n" for ln in bytes(data).split(b"\n") if ln.startswith(b"~")])
 
 
+def _folder(name):
+    """A fresh, empty folder for the node's files (its flash); the prefix ``d``."""
+    d = scratch(name)
+    try:
+        os.mkdir(d)
+    except OSError:
+        for n in os.listdir(d):
+            os.remove(d + "/" + n)
+    return d + "/"
+
+
+def _events(text, name):
+    """The integer fields of each ``#name`` event line the node wrote."""
+    out = []
+    for ln in bytes(text).split(b"\n"):
+        parts = ln.split()
+        if parts and parts[0] == b"#" + name:
+            out.append([int(x) for x in parts[1:] if x.isdigit() or x[:1] == b"-"])
+    return out
+
+
+def _kept(d):
+    return sorted([n for n in os.listdir(d) if len(n) == 16])
+
+
 def _check(seed, cols, eps, centre, rows, dev=7, cfg_id=3, win=10 ** 6, cap=(10 ** 6, 1)):
     uart = FakeUart(rows)
-    mbnode.run(dev, cfg_id, cols, eps, centre, win, cap, XorShift32(seed), uart)
+    d = _folder("mb-check")
+    mbnode.run(dev, cfg_id, cols, eps, centre, win, cap, XorShift32(seed), uart, d)
+    assert _kept(d) == []
     boot, want = _reference(seed, cols, eps, centre, rows, dev, cfg_id, win, cap)
     assert _frames(uart.out) == want
     text = bytes(uart.out)
-    assert text.startswith(bytes("boot ok: board=microbit device=%d boot=%d " % (dev, boot), "ascii"))
-    assert bytes("stimulus done: %d readings, %d released" % (len(rows), want.count(b"\n") // 2),
-                 "ascii") in text
+    released = want.count(b"\n") // 2
+    assert text.startswith(bytes("#boot microbit getrandbits %d %d " % (dev, boot), "ascii"))
+    assert [e[:2] for e in _events(text, b"done")] == [[len(rows), released]]
     assert text.count(b"?\n") == len(rows) + 1
+    assert _events(text, b"idle") == [[released, 0, 0]]            # all acknowledged, 0 resent
     return text
 
 
 def test_frame_matches_framing():
     for p in (b"\x00", b"\xff" * 128, bytes(range(40))):
-        assert bytes(mbnode.frame(p)) == frame(p)
-        assert unframe(bytes(mbnode.frame(p))) == p
+        assert bytes(mbutil.frame(p)) == frame(p)
+        assert unframe(bytes(mbutil.frame(p))) == p
 
 
 def test_norm_matches_rounded_distance():
     from shared_protocol.distance import distance_q
     for v in ([0, 0], [3, 4], [1, 1], [2, 3], [10 ** 9, -10 ** 9], [7]):
         c = [0] * len(v)
-        assert mbnode.norm(v, c) == distance_q(v, c)
-        assert mbnode.norm(v, [1] * len(v)) == distance_q(v, [1] * len(v))
+        assert mbutil.norm(v, c) == distance_q(v, c)
+        assert mbutil.norm(v, [1] * len(v)) == distance_q(v, [1] * len(v))
 
 
 def test_two_columns_match_node_byte_for_byte():
@@ -106,17 +183,70 @@ def test_ledger_withholds_at_the_window_cap_like_ledger_py():
     # one column at epsilon 1/4, cap 1 per window of 10 readings: 4 released, 6 withheld
     text = _check(3, [(1, 1, 0, -100, 100, 20)], (1, 4), [0], [[i] for i in range(30)],
                   win=10, cap=(1, 1))
-    assert b"eps_record=1/4 " in text
-    for w in range(3):
-        line = ("ledger: window %d cap 1 reached (spent 1); withholding readings until window %d\n"
-                'status: {"event":"window_cap","device":7,' % (w, w + 1))
-        assert bytes(line, "ascii") in text
-        tail = '"eps_record":"1/4","window":%d,"spent":"1","cap":"1","withheld":1,"released":%d}' % (
-            w, 4 * (w + 1))
-        assert bytes(tail, "ascii") in text
-    assert b"stimulus done: 30 readings, 12 released" in text
+    assert _events(text, b"boot")[0][2:5] == [1, 4, 0]              # 1/4 per record, none kept
+    # window, spent, cap, unit, epsilon per record, released so far (in quarters)
+    assert _events(text, b"cap") == [[w, 4, 4, 4, 1, 4 * (w + 1)] for w in range(3)]
+    assert _events(text, b"done")[0][:2] == [30, 12]
 
 
 def test_ledger_with_fractional_cap_and_two_columns():
     cols = [(1, 1, 0, -100, 100, 20), (1, 1, 0, -100, 100, 30)]
     _check(8, cols, (3, 10), [0, 0], [[i, -i] for i in range(25)], win=7, cap=(17, 10))
+
+
+COLS = [(1, 1, 0, -5000, 5000, 25), (1, 1, 0, -5000, 5000, 25)]
+
+
+def test_unacknowledged_records_wait_on_flash_and_are_resent_identical():
+    # no acknowledgement until the node has resent: it stops asking at KEEP waiting records,
+    # writes them again after WAIT ms of silence, then goes on; every record is kept until acked
+    rows = [[i, -i] for i in range(30)]
+    d = _folder("mb-resend")
+    uart = FakeUart(rows, ack=False, ack_after=1)
+    mbnode.run(7, 0, COLS, (1, 2), [0, 0], 10 ** 6, (10 ** 6, 1), XorShift32(4), uart, d)
+    _, want = _reference(4, COLS, (1, 2), [0, 0], rows, 7, 0, 10 ** 6, (10 ** 6, 1))
+    firsts = []
+    for r in uart.records:
+        if r not in firsts:
+            firsts.append(r)
+    assert b"".join([a + b"\n" + b + b"\n" for a, b in firsts]) == want      # same order, same bytes
+    assert uart.resent() >= mbio.KEEP
+    assert uart.polls > 0
+    assert uart.asked == len(rows) + 1
+    assert _kept(d) == []
+    assert _events(uart.out, b"idle") == [[30, uart.resent(), 0]]
+
+
+def test_a_reset_keeps_unacknowledged_records():
+    # the first boot releases 3 records (unacknowledged) and is cut; the second resends
+    # those 3 byte for byte before anything new, then releases its own
+    rows = [[i, -i] for i in range(10)]
+    d = _folder("mb-reset")
+    one = [(1, 1, 0, -5000, 5000, 25)]
+    first = FakeUart(rows, ack=False, cut=3)
+    try:
+        mbnode.run(7, 0, one, (1, 1), [0], 1000, (100, 1), XorShift32(8), first, d)
+        raise AssertionError("no power cut")
+    except PowerCut:
+        pass
+    assert len(_kept(d)) == 3 and len(first.records) == 3
+    second = FakeUart(rows)
+    mbnode.run(7, 0, one, (1, 1), [0], 1000, (100, 1), XorShift32(9), second, d)
+    assert _events(second.out, b"boot")[0][4] == 3                 # 3 kept from the first boot
+    assert sorted(second.records[:3]) == sorted(first.records)      # resent before anything new
+    assert len(second.records) == 13
+    assert _events(second.out, b"done")[0][:2] == [10, 10]
+    assert _events(second.out, b"idle") == [[10, 3, 0]]
+    assert _kept(d) == []
+
+
+def test_acknowledgements_that_match_nothing_are_ignored():
+    d = _folder("mb-acks")
+    f = open(d + "0123456789abcdef", "wb")
+    f.write(b"x")
+    f.close()
+    ln = bytearray(b"!0123456789abcdef")
+    assert mbio.acked(d, ln, 17) == 1
+    assert mbio.acked(d, ln, 17) == 0            # twice: a resend was acknowledged again
+    assert mbio.acked(d, bytearray(b"!zz"), 3) == 0
+    assert _kept(d) == []
