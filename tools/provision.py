@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from tools.deploy import MICROBIT_IMPORTS  # noqa: E402
 from tools.rawrepl import RawRepl, RawReplError, ReplError  # noqa: E402
 
 Log = Callable[[str], None]
@@ -354,7 +355,8 @@ class NodeBridge:
     stimulus row. This bridge holds the board's line, answers each ``?`` with the next
     row (``.`` when there are no more), and copies every other line the board sends to the
     master side of a fresh pseudo-terminal; ``dpsense gateway --port <pty>`` reads the
-    other side. While no process holds that side (the master then polls POLLHUP), the
+    other side, and the gateway's acknowledgement lines come back to the board (whole
+    lines, never in the middle of a stimulus row). While no process holds that side (the master then polls POLLHUP), the
     bridge sends no rows and holds what the board sent, so nothing is lost before the
     gateway attaches or while it restarts; it waits ``settle_s`` after one attaches,
     because opening a serial line raw (``tty.setraw``, TCSAFLUSH) discards its input.
@@ -392,8 +394,7 @@ class NodeBridge:
         repl = self.repl
         repl.soft_reset()
         # Imports first, on their own: compiling mbnode next to the call does not fit.
-        repl.exec("import gc,mbutil\ngc.collect()\nimport noise\ngc.collect()\n"
-                  "import mbnode\ngc.collect()", 30)
+        repl.exec(MICROBIT_IMPORTS, 30)
         first = repl.exec_start("gc.collect()\n" + self.call)
         self._thread = threading.Thread(target=self._pump, args=(first,), daemon=True)
         self._thread.start()
@@ -403,9 +404,18 @@ class NodeBridge:
         pending = bytearray()
         line = bytearray()
         asked = 0
+        back = bytearray()
         next_at = time.monotonic()
         data = first
         while not self._stop.is_set():
+            try:
+                back += os.read(self.master, 4096)
+            except OSError:         # nothing written (EAGAIN), or nobody holds the other side
+                pass
+            cut = back.rfind(b"\n") + 1
+            if cut:
+                tr.write(bytes(back[:cut]))
+                del back[:cut]
             for b in data:
                 line.append(b)
                 if b == 10:
@@ -413,7 +423,7 @@ class NodeBridge:
                     if text == b"?":
                         asked += 1          # the host's request, not for the gateway
                     else:
-                        if text.startswith(b"stimulus done"):
+                        if text.startswith(b"#done"):
                             self.done.set()
                         pending += line
                     line = bytearray()
@@ -434,7 +444,7 @@ class NodeBridge:
                         self.sent_rows += 1
                     next_at = time.monotonic() + self.period_s
             try:
-                data = tr.read_some(0.01 if pending or asked else 0.1)
+                data = tr.read_some(0.01 if pending or asked else 0.02)
             except OSError:
                 break
 
@@ -459,3 +469,45 @@ class NodeBridge:
         if self.master >= 0:
             os.close(self.master)
             self.master = -1
+
+
+def microbit_config_text(cfg: dict[str, Any]) -> str:
+    """The micro:bit's ``config.txt`` for a provisioning dict, in firmware/mbcfg.py's format.
+
+    Written as given, without checking: the board's ``mbcfg.load`` validates it and names
+    the key of an error (``config error: <key>: ...``), as config.py does for the other
+    boards. Every key but the broker password (the gateway logs in for the board) and the
+    host's ``period_ms`` and ``stimulus``; values as JSON, so types stay apart (``0.5`` is
+    a number, ``"0.5"`` a string), and ``columns`` key by key (``columns[0].num=1``). A
+    key the format cannot hold as it is (``=``, spaces, ``columns[...]`` at the top) is
+    written quoted, which the board refuses as an unknown key.
+    """
+    def key(k: Any, top: bool) -> str:
+        s = str(k)
+        if (not s or s[0] in "#\"" or (top and s.startswith("columns["))
+                or any(c == "=" or not " " < c <= "~" for c in s)):
+            s = json.dumps(s).replace("=", "\\u003d")
+        return s
+
+    def val(v: Any) -> str:
+        if not isinstance(v, tuple):       # JSON has no tuples: json.dumps would make a list
+            try:
+                return json.dumps(v, separators=(",", ":"))
+            except (TypeError, ValueError):
+                pass
+        return "<%s>" % type(v).__name__   # no JSON value: a type the board accepts nowhere
+
+    lines = []
+    for k, v in cfg.items():
+        if k in ("broker_password", "period_ms", "stimulus"):
+            continue
+        if k == "columns" and isinstance(v, list) and v:
+            for j, col in enumerate(v):
+                if isinstance(col, dict) and col:
+                    lines += ["columns[%d].%s=%s" % (j, key(ck, False), val(cv))
+                              for ck, cv in col.items()]
+                else:
+                    lines.append("columns[%d]=%s" % (j, val(col)))
+        else:
+            lines.append("%s=%s" % (key(k, True), val(v)))
+    return "".join(line + "\n" for line in lines)
