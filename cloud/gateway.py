@@ -142,7 +142,8 @@ def _frac(n: int, unit: int) -> str:
 # name -> field names of an event line (docs/protocol.md 2.2); every field but the first
 # two of ``boot`` (board, entropy source) is an integer.
 EVENTS = {
-    "boot": ("board", "entropy", "device", "boot", "row", "unit", "pending", "mem_free"),
+    "boot": ("board", "entropy", "device", "boot", "row", "unit", "cap", "worst_num", "worst_den",
+             "pending", "dropped", "mem_free"),
     "cap": ("window", "spent", "cap", "unit", "row", "released"),
     "done": ("readings", "released", "cost_us"),
     "idle": ("released", "resent", "pending"),
@@ -162,6 +163,8 @@ def parse_event(line: bytes) -> dict[str, Any]:
         ev[k] = v if k in ("board", "entropy") else int(v)
     if "unit" in ev and ev["unit"] <= 0:
         raise ValueError("event %s: unit must be > 0" % parts[0])
+    if ev.get("worst_den", 0) < 0 or (ev.get("worst_den") == 0 and ev["worst_num"]):
+        raise ValueError("event %s: worst_num/worst_den is not a fraction" % parts[0])
     return ev
 
 
@@ -176,8 +179,11 @@ def expand_event(ev: dict[str, Any], boot: dict[str, Any] | None) -> tuple[list[
                 % (ev["board"], ev["device"], ev["boot"], ev["entropy"], er, ev["pending"],
                    ev["mem_free"]))
         status = {"event": "boot", "device": ev["device"], "boot": ev["boot"], "board": ev["board"],
-                  "entropy": ev["entropy"], "eps_record": er, "pending": ev["pending"],
-                  "mem_free": ev["mem_free"]}
+                  "entropy": ev["entropy"], "eps_record": er,
+                  "cap": _frac(ev["cap"], ev["unit"]), "pending": ev["pending"],
+                  "dropped": ev["dropped"], "mem_free": ev["mem_free"]}
+        if ev["worst_den"]:                       # 0/0: the board was not told
+            status["eps_record_worst"] = _frac(ev["worst_num"], ev["worst_den"])
         return [text], status
     if name == "cap":
         w, unit = ev["window"], ev["unit"]

@@ -1,8 +1,9 @@
 """UART lines, acknowledgements, flash files and events of firmware/mbnode.py (see mbutil).
 
 Files the node keeps (``d`` is a folder prefix, ``""`` on the micro:bit's flat file system):
-one file per unacknowledged record, named by its token in 16 hex digits, holding the
-record's two framed lines exactly as sent.
+one file per unacknowledged record, named by the first 10 hex digits of its token (so
+that name and a two-column record share one 128-byte flash chunk; 2**40 names for at
+most KEEP files), holding the record's two framed lines exactly as sent.
 
 Events are console lines ``#<name> <fields>`` (docs/protocol.md 2.2) that the gateway
 expands into the human-readable console text and the status messages: the words and
@@ -49,7 +50,7 @@ def resend(w, d, ln):
     the buffer ``ln`` (``f.read()`` would allocate 256 bytes); how many."""
     k = 0
     for n in (os.listdir(d) if d else os.listdir()):
-        if len(n) == 16 and "." not in n:
+        if len(n) == 10 and "." not in n:
             f = open(d + n, "rb")
             while True:
                 r = f.readinto(ln)
@@ -66,7 +67,7 @@ def acked(d, ln, n):
     if n != 17:
         return 0
     try:
-        os.remove(d + str(bytes(ln[1:17]), "ascii"))
+        os.remove(d + str(bytes(ln[1:11]), "ascii"))
         return 1
     except OSError:   # acknowledged twice (a resend), or not a token
         return 0
@@ -108,9 +109,11 @@ def ask(w, ri, one, ln, d, s, most, rounds):
     return -1 if n == 1 and ln[0] == 46 else n
 
 
-def prep(w, d, ln, dev, boot, m, eps, cap):
+def prep(w, d, ln, dev, boot, m, eps, cap, worst):
     """At boot: write the kept records again and send the ``#boot`` event. Returns [kept,
-    resent, unit, eps_record, window cap], epsilons as multiples of 1/unit."""
+    resent, unit, eps_record, window cap], epsilons as multiples of 1/unit. The event also
+    carries ``worst`` (the whole-domain epsilon of a record, from mbcfg; 0/0 when not
+    given) and 0 dropped records: a full store stops the readings instead."""
     a = eps[1]
     b = cap[1]
     while b:
@@ -119,6 +122,7 @@ def prep(w, d, ln, dev, boot, m, eps, cap):
     row = m * eps[0] * (un // eps[1])
     k = resend(w, d, ln)
     gc.collect()
-    w(bytes("#boot microbit getrandbits %d %d %d %d %d %d\n"
-            % (dev, boot, row, un, k, gc.mem_free() if hasattr(gc, "mem_free") else -1), "ascii"))
+    w(bytes("#boot microbit getrandbits %d %d %d %d %d %d %d %d 0 %d\n"
+            % (dev, boot, row, un, cap[0] * (un // cap[1]), worst[0], worst[1], k,
+               gc.mem_free() if hasattr(gc, "mem_free") else -1), "ascii"))
     return [k, k, un, row, cap[0] * (un // cap[1])]

@@ -1,8 +1,9 @@
 """Slim serial node for the BBC micro:bit v1: stimulus in, framed records out, on the UART.
 
     import mbutil, mbio, noise, mbnode      # in this order (heap fragmentation)
-    mbnode.run(7, 1, [(1, 1, 0, -5000, 5000, 25)], (1, 2), [0], 600, (60, 1))
-    # device 7, config 1, columns, epsilon 1/2, centre, window of 600 readings, cap 60
+    mbnode.run(7, 1, [(1, 1, 0, -5000, 5000, 25)], (1, 2), [0], 600, (60, 1), (200, 1))
+    # device 7, config 1, columns, epsilon 1/2, centre, window of 600 readings, cap 60,
+    # whole-domain epsilon 200 (mbcfg.load returns these, from config.txt)
 
 The full firmware (app.py) does not fit the micro:bit: ~9.8 KB heap after reset,
 about six nested Python calls, and wire.py alone cannot even be compiled there. This
@@ -20,7 +21,7 @@ Readings come from the host over the same UART: the node writes the console line
 received is echoed.
 
 Acknowledgements (docs/protocol.md 2.1): before its lines are written, each record is
-kept in a file named by its token. While records are kept, the node polls the gateway
+kept in a file named by its token (10 hex digits). While records are kept, the node polls the gateway
 (line ``!``) before each reading; the gateway answers with up to two lines
 ``!<token hex>`` of records the broker has acknowledged (both messages), then ``!``, and
 the node deletes those files. At boot, and after ``QUIET`` polls that acknowledged nothing,
@@ -55,11 +56,12 @@ except AttributeError:  # CPython (host tests): no cost figure
     _diff = lambda a, b: 0
 
 
-def run(dev, cfg_id, cols, eps, centre, win, cap, rng=None, uart=None, d=""):
+def run(dev, cfg_id, cols, eps, centre, win, cap, worst=(0, 0), rng=None, uart=None, d=""):
     """Release readings until the host sends ``.``; ``cols``: (num, den, offset,
     raw_min, raw_max, delta_q) per column, ``eps``: (num, den) per column; at most
     ``cap`` (num, den) of epsilon per window of ``win`` readings (ledger.Ledger's rule,
-    kept in RAM: a reset starts a fresh window). ``d``: folder prefix of the node's files."""
+    kept in RAM: a reset starts a fresh window); ``worst``: the whole-domain epsilon of
+    a record (mbcfg), reported at boot. ``d``: folder prefix of the node's files."""
     if rng is None:
         import random as rng
     if uart is None:
@@ -74,7 +76,7 @@ def run(dev, cfg_id, cols, eps, centre, win, cap, rng=None, uart=None, d=""):
     rb = bytearray(26 + 4 * m)
     cb = bytearray(16)
     tok = bytearray(8)
-    s = prep(w, d, ln, dev, boot, m, eps, cap)
+    s = prep(w, d, ln, dev, boot, m, eps, cap, worst)
     un = s[2]
     row = s[3]
     cp = s[4]

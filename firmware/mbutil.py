@@ -60,7 +60,8 @@ def pack(rng, rb, cb, tok, y, dd, dev, boot, seq, cfg_id):
 def emit(rng, cols, lap, centre, ln, n, rb, cb, tok, dev, boot, seq, cfg_id, d):
     """Release the reading ``raw0,raw1,...`` in ``ln[:n]`` (Node.release's draws): scale and
     clamp each column, add its noise, encode both records, keep their framed lines in a
-    file named by the token (before they are sent: ``d`` is the folder prefix), return them."""
+    file named by the token's first 10 hex digits (before they are sent: ``d`` is the
+    folder prefix), return them."""
     raw = bytes(ln[:n]).split(b",")
     q = []
     y = []
@@ -75,7 +76,7 @@ def emit(rng, cols, lap, centre, ln, n, rb, cb, tok, dev, boot, seq, cfg_id, d):
     a = frame(rb)
     b = frame(cb)
     a += b
-    f = open(d + str(bytes(b[9:25]), "ascii"), "wb")
+    f = open(d + str(bytes(b[9:19]), "ascii"), "wb")
     f.write(a)
     f.close()
     return a

@@ -174,6 +174,9 @@ class Upload:
 # (the full firmware does not fit its heap; see firmware/mbnode.py). Order matters:
 # importing them in this order leaves the heap unfragmented for compiling each.
 MICROBIT_FILES = ("mbutil", "mbio", "noise", "mbnode")
+# The module that checks the micro:bit's config.txt, in a boot of its own (tools/provision.py
+# MICROBIT_CHECK): it is deployed with the node but never imported next to it.
+MICROBIT_CONFIG_FILES = ("mbcfg", "mbworst")
 # The raw-REPL lines that import them on the board, collecting garbage in between.
 MICROBIT_IMPORTS = "import gc\n" + "".join("import %s\ngc.collect()\n" % m for m in MICROBIT_FILES)
 # Top-level functions the micro:bit node never calls, left out of the shrunk copy:
@@ -275,7 +278,7 @@ def default_uploads(board: Board, files: Sequence[str] | None = None,
     """What ``deploy`` writes: ``files``, or the board's default set. The default for a
     board with folders also carries its profile (``boards/__init__.py`` and
     ``boards/<name>.py``), which ``firmware/app.py`` loads at start-up."""
-    chosen = files or (list(MICROBIT_FILES) if board.flat else None)
+    chosen = files or (list(MICROBIT_FILES + MICROBIT_CONFIG_FILES) if board.flat else None)
     uploads = plan(board, resolve_sources(chosen), shrink)
     if not files and not board.flat:
         for name in ("__init__.py", board.name + ".py"):
@@ -319,8 +322,11 @@ def deploy_folder(folder: Path, uploads: Sequence[Upload], log: Log = print) -> 
 
 
 def importable(uploads: Sequence[Upload]) -> list[str]:
+    """The modules of ``uploads`` a board imports together (the micro:bit's config check,
+    which runs alone, is left out)."""
     return [u.module for u in uploads
-            if u.module and u.module.rsplit(".", 1)[-1] not in ENTRY_POINTS + ("__init__",)]
+            if u.module and u.module.rsplit(".", 1)[-1] not in ENTRY_POINTS + ("__init__",)
+            and u.module not in MICROBIT_CONFIG_FILES]
 
 
 def check_imports(repl: RawRepl, modules: Sequence[str], log: Log = print) -> int:

@@ -7,7 +7,6 @@ lives in ``tools/deploy.py``; this file is the command line over it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from tools.deploy import (  # noqa: E402
     ENTRY_POINTS,
     FIRMWARE_DIR,
     GENERIC_SERIAL,
+    MICROBIT_CONFIG_FILES,
     MICROBIT_FILES,
     MICROBIT_IMPORTS,
     PACKAGE,
@@ -49,7 +49,7 @@ from tools.qemu import QemuMicrobit  # noqa: E402
 from tools.rawrepl import RawRepl, RawReplError, ReplError  # noqa: E402
 
 # The library names stay importable from here (tests and rigs use ``tools.flash``).
-__all__ = ["BOARDS", "Board", "ENTRY_POINTS", "FIRMWARE_DIR", "GENERIC_SERIAL", "Log", "MICROBIT_FILES", "MICROBIT_IMPORTS",
+__all__ = ["BOARDS", "Board", "ENTRY_POINTS", "FIRMWARE_DIR", "GENERIC_SERIAL", "Log", "MICROBIT_CONFIG_FILES", "MICROBIT_FILES", "MICROBIT_IMPORTS",
            "PACKAGE", "QemuMicrobit", "RawRepl", "RawReplError", "ReplError", "SHARED_DIR", "Upload",
            "check_imports", "check_imports_unix", "default_sources", "default_uploads", "deploy",
            "deploy_folder", "importable", "main", "micropython_binary", "open_board", "plan",
@@ -245,12 +245,14 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--image", help="the MicroPython image (.bin, .uf2 or .hex)")
     f.add_argument("--mount", help="the board's USB drive (default: found under /media)")
 
-    pv = sub.add_parser("provision", formatter_class=fmt, help="write the board's config.json",
+    pv = sub.add_parser("provision", formatter_class=fmt, help="write the board's config file",
                         description="Build the board's config (checked on the host with "
                         "firmware/config.py's rules and the board's profile; for the micro:bit "
                         "only what mbnode.run takes), create or reset the device's broker account "
                         "d<N>, put its password into the config of an MQTT board, and write "
-                        "config.json to the board (a folder for --board unix).",
+                        "config.json to the board (a folder for --board unix). A micro:bit gets "
+                        "config.txt and checks it itself (firmware/mbcfg.py): a bad key stops "
+                        "provisioning with the board's 'config error: <key>: ...' line.",
                         epilog="examples, one per board:\n" + _provision_examples())
     identity(pv)
     provisioning(pv)
@@ -325,6 +327,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         deploy(repl, board, uploads)
         if args.check:
             check_imports(repl, importable(uploads))
+            for m in [u.module for u in uploads if u.module in MICROBIT_CONFIG_FILES]:
+                check_imports(repl, [m])          # alone, in a boot of its own
     return 0
 
 
@@ -359,8 +363,10 @@ def cmd_firmware(args: argparse.Namespace) -> int:
     return 0
 
 
-def _provision(args: argparse.Namespace, repl: RawRepl | None, log: Log = print) -> bytes:
-    """Config built and checked, account (re)made, config.json written; its bytes."""
+def _provision(args: argparse.Namespace, repl: RawRepl | None,
+               log: Log = print) -> tuple[str, bytes, dict]:
+    """Config built and checked, account (re)made, config file written (and checked by a
+    micro:bit itself); its name, bytes and keys."""
     from tools import provision as pv
     base = pv.load_base(args.config_json, args.from_profile)
     # Check the keys before touching the broker or the board.
@@ -375,10 +381,15 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None, log: Log = print)
     folder = Path(args.port) if args.board == "unix" else None
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
-    data = pv.write_config(repl, cfg, folder)
-    where = folder / "config.json" if folder is not None else "config.json on the board"
+    name, data = pv.write_config(repl, cfg, folder, args.board)
+    where = folder / name if folder is not None else "%s on the board" % name
     log("  %-30s %6d bytes  verified (%s)" % (where, len(data), ", ".join(sorted(cfg))))
-    return data
+    if name == "config.txt":
+        assert repl is not None
+        pv.check_microbit_config(repl)
+        log("  config.txt checked by the board itself (mbcfg): ok; mbnode.run's arguments "
+            "in mbargs.txt")
+    return name, data, cfg
 
 
 def cmd_provision(args: argparse.Namespace) -> int:
@@ -415,7 +426,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     _need_port(board, args.port, "verify")
     expected = {u.target: u.data for u in default_uploads(board, args.files, args.shrink)}
     if args.config:
-        expected["config.json"] = Path(args.config).read_bytes()
+        from tools import provision as pv
+        expected[pv.config_name(args.board)] = Path(args.config).read_bytes()
     print("verifying %d file(s) on %s" % (len(expected), board.name))
     if board.name == "unix":
         bad = _verify(board, args.port, None, expected)
@@ -453,7 +465,8 @@ def cmd_all(args: argparse.Namespace) -> int:
         print("== deploy: %d file(s) to %s" % (len(uploads), folder))
         deploy_folder(folder, uploads)
         print("== provision")
-        expected["config.json"] = _provision(args, None)
+        name, data, cfg = _provision(args, None)
+        expected[name] = data
         print("== verify")
         bad = _verify(board, args.port, None, expected)
         if bad:
@@ -465,7 +478,8 @@ def cmd_all(args: argparse.Namespace) -> int:
         print("== deploy: %d file(s) to %s" % (len(uploads), board.name))
         deploy(repl, board, uploads)
         print("== provision")
-        expected["config.json"] = _provision(args, repl)
+        name, data, cfg = _provision(args, repl)
+        expected[name] = data
         print("== verify")
         bad = _verify(board, args.port, repl, expected)
         if bad:
@@ -480,12 +494,11 @@ def cmd_all(args: argparse.Namespace) -> int:
             return 0
         if args.no_run:
             return 0
-        cfg = json.loads(expected["config.json"])
         period = base.get("period_ms", 1000) / 1000.0
         rows = (pv.read_rows(args.stimulus) if args.stimulus
                 else pv.synthetic_rows(cfg, args.rows))
-        with pv.NodeBridge(repl, pv.node_call(cfg), rows, period) as bridge:
-            print("== run: %s" % pv.node_call(cfg))
+        with pv.NodeBridge(repl, pv.MICROBIT_RUN, rows, period) as bridge:
+            print("== run: mbnode.run(*<mbargs.txt>), arguments %s" % pv.node_call(cfg)[10:])
             print("gateway port: %s" % bridge.pty)
             print("  dpsense gateway --port %s --device-id %d --data-dir %s --broker-port %d"
                   % (bridge.pty, args.device_id, args.data_dir, args.broker_port))

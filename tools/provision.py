@@ -2,16 +2,19 @@
 
     flash_image("esp32", "ESP32_GENERIC-20240602-v1.23.0.bin", "/dev/ttyUSB0")
     cfg = build_config("esp32", base, device_id=7, password=pw, broker_host="192.168.1.20")
-    write_config(repl, cfg)                       # config.json on the board, verified
+    name, data = write_config(repl, cfg, board="esp32")   # config.json on the board
     bad = verify_files(repl, expected)            # {} when every file matches
-    with NodeBridge(repl, node_args(cfg), rows, 0.0) as bridge:   # micro:bit boards
+    check_microbit_config(repl)                   # micro:bit: its own check of config.txt
+    with NodeBridge(repl, MICROBIT_RUN, rows, 0.0) as bridge:     # micro:bit boards
         bridge.pty                                # give this to `dpsense gateway --port`
 
 Config rules are firmware/config.py's own ``validate`` with the board's profile from
 firmware/boards/, run on the host, so a provisioning error names its key before anything
-is written. The micro:bit gets only what ``mbnode.run`` takes (its ~9.8 KB heap holds no
-JSON validation; see firmware/README.md), and no broker password: the gateway logs in
-for it.
+is written; the board checks its config again when it starts. The micro:bit gets only
+what ``mbnode.run`` takes, as ``config.txt`` (firmware/mbcfg.py's format: its heap holds
+no JSON), and no broker password: the gateway logs in for it. It checks that file with
+``mbcfg`` in a boot of its own (the check and the node do not fit in one heap), which
+leaves ``mbnode.run``'s arguments in ``mbargs.txt`` for the node's boot.
 """
 from __future__ import annotations
 
@@ -61,6 +64,24 @@ DEMO_CONFIG: dict[str, Any] = {
 MICROBIT_KEYS = ("device_id", "config_id", "columns", "epsilon", "centre", "window_records",
                  "window_cap")
 BROKER_KEYS = ("broker_host", "broker_port", "broker_user", "broker_password")
+
+# The micro:bit's boots. The check: config.txt through mbcfg, mbnode.run's arguments to
+# mbargs.txt (removed first, so a bad config leaves the node nothing to run with). One
+# raw-REPL exec per step: a step's compiled code stays on the heap while it runs, and
+# compiling mbcfg needs nearly all of it. What load() leaves is too fragmented to compile
+# anything more, so the whole-domain epsilon (mbworst) is added in a boot of its own.
+MICROBIT_CHECK = (
+    "import gc,os\ntry:\n os.remove('mbargs.txt')\nexcept OSError:\n pass\ngc.collect()",
+    "import mbcfg\ngc.collect()",
+    "a=mbcfg.load('config.txt')\nif a:\n f=open('mbargs.txt','w')\n f.write(repr(a))\n"
+    " f.close()\n print('config ok')",
+)
+MICROBIT_WORST = ("import mbworst\nf=open('mbargs.txt')\na=eval(f.read())\nf.close()\n"
+                  "a=a+(mbworst.worst(a[2],a[3]),)\nf=open('mbargs.txt','w')\nf.write(repr(a))\n"
+                  "f.close()\nprint(a[7])")
+# The node's boot, after tools/deploy.MICROBIT_IMPORTS.
+MICROBIT_RUN = ("gc.collect()\nf=open('mbargs.txt')\na=eval(f.read())\nf.close()\ndel f\n"
+                "gc.collect()\nmbnode.run(*a)")          # (..., cap, worst): mbcfg.load's tuple
 
 
 class ProvisionError(ValueError):
@@ -226,16 +247,57 @@ def flash_image(board: str, image: str | None, port: str | None, mount: str | No
 
 # -- writing and verifying files -----------------------------------------------------------
 
+def config_name(board: str) -> str:
+    """The config file a board reads: config.txt on the micro:bit, config.json elsewhere."""
+    return "config.txt" if board_profile(board)["name"] == "microbit" else "config.json"
+
+
+def config_file(board: str, cfg: dict[str, Any]) -> tuple[str, bytes]:
+    """(file name, bytes) of ``cfg`` for ``board``."""
+    if config_name(board) == "config.txt":
+        return "config.txt", microbit_config_text(cfg).encode()
+    return "config.json", config_bytes(cfg)
+
+
 def write_config(repl: RawRepl | None, cfg: dict[str, Any], folder: Path | None = None,
-                 name: str = "config.json") -> bytes:
-    data = config_bytes(cfg)
+                 board: str = "unix") -> tuple[str, bytes]:
+    """Write ``cfg`` as the board's config file (in ``folder`` for the unix port); its
+    name and bytes."""
+    name, data = config_file(board, cfg)
     if folder is not None:
         (folder / name).write_bytes(data)
         os.chmod(folder / name, 0o600)
     else:
         assert repl is not None
         repl.write_file(name, data)
-    return data
+    return name, data
+
+
+class BoardConfigError(ProvisionError):
+    """The board refused its config; the text is its ``config error: <key>: ...`` line."""
+
+
+def check_microbit_config(repl: RawRepl) -> str:
+    """Soft-reset the micro:bit and let it check its config.txt (MICROBIT_CHECK); the
+    board's output. BoardConfigError carries the board's ``config error`` line."""
+    repl.soft_reset()
+    try:
+        out = "".join(repl.exec(step, 30) for step in MICROBIT_CHECK)
+    except RawReplError as e:
+        raise ProvisionError("the config check failed on the board: %s" % e.exception_line) from e
+    for line in out.splitlines():
+        if line.startswith("config error:"):
+            raise BoardConfigError(line.strip())
+    if "config ok" not in out:
+        raise ProvisionError("the config check printed neither 'config ok' nor an error: %r" % out)
+    repl.soft_reset()           # mbcfg stays imported until then, holding most of the heap
+    try:
+        out += repl.exec(MICROBIT_WORST, 30)
+    except RawReplError as e:
+        raise ProvisionError("the whole-domain epsilon failed on the board: %s"
+                             % e.exception_line) from e
+    repl.soft_reset()
+    return out
 
 
 _SHA_FN = (
@@ -283,7 +345,10 @@ def board_digests(repl: RawRepl, names: Sequence[str], log: Log = print) -> tupl
         try:
             size, a, b = repl.file_checksum(n)
             got[n] = "%d:%08x" % (size, (b << 16) | a)
-        except RawReplError:
+        except RawReplError as e:
+            if "OSError" not in e.exception_line:     # not "no such file": say what it was
+                raise ReplError("checksum of %s failed on the board: %s"
+                                % (n, e.exception_line)) from e
             got[n] = None
     return "adler32", got
 
@@ -476,8 +541,9 @@ def microbit_config_text(cfg: dict[str, Any]) -> str:
 
     Written as given, without checking: the board's ``mbcfg.load`` validates it and names
     the key of an error (``config error: <key>: ...``), as config.py does for the other
-    boards. Every key but the broker password (the gateway logs in for the board) and the
-    host's ``period_ms`` and ``stimulus``; values as JSON, so types stay apart (``0.5`` is
+    boards. Every key but those config.py knows and the micro:bit node has no use for (the
+    broker password: the gateway logs in for the board; the host's ``period_ms`` and
+    ``stimulus``; ring, TLS and Wi-Fi settings); values as JSON, so types stay apart (``0.5`` is
     a number, ``"0.5"`` a string), and ``columns`` key by key (``columns[0].num=1``). A
     key the format cannot hold as it is (``=``, spaces, ``columns[...]`` at the top) is
     written quoted, which the board refuses as an unknown key.
@@ -497,9 +563,12 @@ def microbit_config_text(cfg: dict[str, Any]) -> str:
                 pass
         return "<%s>" % type(v).__name__   # no JSON value: a type the board accepts nowhere
 
+    from firmware.config import _KEYS as config_keys
+    unused = set(config_keys) - set(MICROBIT_KEYS) - {"window_seconds", "broker_host",
+                                                     "broker_port", "broker_user"}
     lines = []
     for k, v in cfg.items():
-        if k in ("broker_password", "period_ms", "stimulus"):
+        if k in unused:
             continue
         if k == "columns" and isinstance(v, list) and v:
             for j, col in enumerate(v):

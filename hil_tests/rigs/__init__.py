@@ -20,14 +20,15 @@ class Board:
     transport: str          # "mqtt" or "serial"
     float_bits: int
     rigs: tuple[str, ...]   # rigs that can run this board
+    entropy: str            # the noise source its profile declares (and its status reports)
 
 
 BOARDS = {b.name: b for b in (
-    Board("unix", "mqtt", 64, ("unix",)),
-    Board("esp32", "mqtt", 32, ("serial",)),
-    Board("pico_w", "mqtt", 32, ("serial",)),
-    Board("pico", "serial", 32, ("serial",)),
-    Board("microbit", "serial", 32, ("qemu", "serial")),
+    Board("unix", "mqtt", 64, ("unix",), "os.urandom"),
+    Board("esp32", "mqtt", 32, ("serial",), "os.urandom"),
+    Board("pico_w", "mqtt", 32, ("serial",), "os.urandom"),
+    Board("pico", "serial", 32, ("serial",), "os.urandom"),
+    Board("microbit", "serial", 32, ("qemu", "serial"), "getrandbits"),
 )}
 
 DEFAULT_BOARD = {"unix": "unix", "qemu": "microbit", "serial": None}

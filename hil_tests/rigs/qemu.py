@@ -5,9 +5,12 @@
 
 ``deploy()`` boots QEMU and writes the node's modules (tools/flash.py's MICROBIT_FILES:
 flat, shrunk, verified), then soft-resets and imports them to measure the heap.
-``start(config, stimulus)`` starts the gateway on the tap's pty and runs
-``mbnode.run(...)`` with the config's columns, epsilon, centre, window_records and
-window_cap through the raw REPL (the node's ledger is kept in RAM only). ``reset()``
+``start(config, stimulus)`` writes the config as the board's ``config.txt``, lets the
+board check it (tools/provision.py MICROBIT_CHECK: firmware/mbcfg.py in a boot of its
+own; a ``config error`` line is logged as the board's console and the "board" has stopped
+with status 2), then starts the gateway on the tap's pty and runs ``mbnode.run`` with the
+checked arguments (MICROBIT_RUN), through the raw REPL as `tools/flash.py all` does (the
+node's ledger is kept in RAM only). ``reset()``
 presses the emulated reset button (QEMU ``system_reset``: RAM lost, flash kept) in the
 middle of a run and starts the node again with the same call, as a main.py would.
 
@@ -33,8 +36,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tools.flash import BOARDS as FLASH_BOARDS
-from tools.flash import MICROBIT_FILES, MICROBIT_IMPORTS, check_imports, deploy, plan, resolve_sources
-from tools.provision import node_call
+from tools.flash import (MICROBIT_CONFIG_FILES, MICROBIT_FILES, MICROBIT_IMPORTS, check_imports,
+                         deploy, plan, resolve_sources)
+from tools.provision import MICROBIT_RUN, BoardConfigError, check_microbit_config, config_file
 from tools.qemu import QemuMicrobit
 
 from . import RigError
@@ -42,12 +46,6 @@ from .cloud import ROOT, CloudSide
 
 # Rig tests that cannot apply to the serial micro:bit node, and why.
 UNSUPPORTED = {
-    "test_boot_ok_reports_entropy_and_publishes":
-        "micro:bit node: entropy is random.getrandbits (no os.urandom), and a serial board "
-        "publishes no status messages",
-    "test_config_errors_stop_the_board_and_name_the_key":
-        "micro:bit node: takes its parameters from the rig; config.py (JSON validation) does "
-        "not fit the ~9.8 KB heap",
     "test_broker_outage_loses_nothing_and_resends_identical_bytes":
         "the micro:bit has no network: the broker connection (outage, reconnect, DUP resends) "
         "is the gateway's MQTT client; the board's own store is tested by the reset test",
@@ -81,8 +79,8 @@ class QemuRig:
         self._tap_stop = threading.Event()
         self._master = self._slave = -1
         self._pos = 0
-        self._call = ""
         self._rows: list[bytes] = []
+        self._exit: int | None = None
 
     # -- files -----------------------------------------------------------------------------
     def _board(self):
@@ -93,12 +91,20 @@ class QemuRig:
         return self.repl
 
     def deploy(self, paths: Sequence[str] | None = None) -> list[str]:
-        """Boot QEMU, write the node's files with tools/flash.py, import them, measure the heap."""
+        """Boot QEMU, write the node's files with tools/flash.py, import them, measure the heap.
+
+        Every other file goes first (records kept by an earlier test, its config): the board
+        belongs to the test, and the file system has room for the node and little more."""
         repl = self._board()
-        uploads = plan(self.profile, resolve_sources(list(paths or MICROBIT_FILES)))
+        uploads = plan(self.profile, resolve_sources(
+            list(paths or MICROBIT_FILES + MICROBIT_CONFIG_FILES)))
+        repl.soft_reset()             # a board used by an earlier test holds its modules
+        repl.exec("import os\nfor n in os.listdir():\n if n not in %r:\n  os.remove(n)"
+                  % [u.target for u in uploads], 30)
         deploy(repl, self.profile, uploads, log=self.deploy_log.append)
-        self.mem_free_after_import = check_imports(repl, [u.module for u in uploads],
-                                                   log=self.deploy_log.append)
+        self.mem_free_after_import = check_imports(
+            repl, [u.module for u in uploads if u.module not in MICROBIT_CONFIG_FILES],
+            log=self.deploy_log.append)
         return [u.target for u in uploads]
 
     def put(self, name: str, data: bytes) -> None:
@@ -117,19 +123,28 @@ class QemuRig:
     # -- running -----------------------------------------------------------------------------
     def start(self, config: dict[str, Any], stimulus: Sequence[Sequence[int]] | None = None) -> None:
         self._idle()
-        if "window_records" not in config:
-            raise RigError("the micro:bit node has no clock for window_seconds: give window_records")
-        self._call = node_call(config)     # what `tools/flash.py all` runs
+        self._exit = None
         self._rows = [(",".join(str(int(v)) for v in r) + "\n").encode() for r in (stimulus or [])]
+        repl = self._board()
+        name, data = config_file("microbit", config)
+        repl.write_file(name, data)
+        try:
+            check_microbit_config(repl)
+        except BoardConfigError as e:
+            # the board stopped: its line, as the gateway would have logged it
+            with open(self.log_path, "a") as log:
+                log.write("console: %s\n" % e)
+            self._exit = 2
+            return
         self._start_gateway(config)
-        self._board().soft_reset()
+        repl.soft_reset()
         self._run_node()
 
     def _run_node(self) -> None:
         repl = self._board()
         # Imports first, on their own: compiling mbnode next to the call's literals does not fit.
         repl.exec(MICROBIT_IMPORTS, 30)
-        rest = repl.exec_start("gc.collect()\n" + self._call)
+        rest = repl.exec_start(MICROBIT_RUN)
         self._tap_stop.clear()
         self._tap = threading.Thread(target=self._pump, args=(rest, list(self._rows)), daemon=True)
         self._tap.start()
@@ -261,6 +276,12 @@ class QemuRig:
             f.seek(pos)
             return f.read().decode(errors="replace")
 
+    def wait_exit(self, timeout_s: float = 10.0) -> int:
+        """The node's exit status: 2 after a refused config (the node never started)."""
+        if self._exit is None:
+            raise RigError("the node is running (log: %s)" % self.log_path)
+        return self._exit
+
     def exec(self, code: str, timeout_s: float = 30.0) -> str:
         self._idle()
         return self._board().exec(code, timeout_s)
@@ -269,10 +290,10 @@ class QemuRig:
         """Reset button mid-run (RAM lost, flash kept), then the node starts again with the
         same call and stimulus, as a main.py would; the gateway keeps running, and its
         acknowledgements wait in its pty until the new node reads them."""
-        if self._tap is None or self.qemu is None:
+        if self._tap is None:
             raise RigError("reset: the node is not running")
         self._stop_tap()
-        self.qemu.reset()
+        self._hard_reset()
         assert self.repl is not None
         self.repl.enter()
         self.repl.soft_reset()       # the heap as the first start had it
@@ -280,6 +301,10 @@ class QemuRig:
         # board does not touch: reconnect it, as the gateway's keepalive would in time.
         self.cloud.relay.unmute()
         self._run_node()
+
+    def _hard_reset(self) -> None:
+        assert self.qemu is not None
+        self.qemu.reset()
 
     def stop(self) -> None:
         self._idle()

@@ -3,26 +3,24 @@
     python -m pytest hil_tests --rig serial --board microbit --port /dev/ttyACM0
     python -m pytest hil_tests --rig serial --board microbit --port /dev/pts/3   # `flash.py qemu`
 
-micro:bit (serial transport): ``deploy()`` writes the slim node's files with
-tools/flash.py's ``plan``/``deploy`` (flat, shrunk, verified) and checks the imports;
-``start(config, stimulus)`` provisions ``config.json`` with tools/provision.py
-(``build_config``: firmware/config.py's rules, the subset mbnode takes, the broker
-account created by the cloud side) and runs ``mbnode.run`` with exactly those values.
-Everything after that is the qemu rig's (``rigs/qemu.py``): the rig holds the port,
-answers the node's ``?`` lines with stimulus rows, keeps every byte the board sends and
-forwards it to ``dpsense gateway`` on a second pty.
+micro:bit (serial transport): everything is the qemu rig's (``rigs/qemu.py``) on a real
+port: ``deploy()`` writes the slim node's files with tools/flash.py's ``plan``/``deploy``
+(flat, shrunk, verified) and checks the imports; ``start(config, stimulus)`` writes
+``config.txt``, lets the board check it (mbcfg) and runs the node with what the check
+wrote; the rig holds the port, answers the node's ``?`` lines with stimulus rows, keeps
+every byte the board sends and forwards it to ``dpsense gateway`` on a second pty, and
+passes the gateway's answers back. ``reset()`` is ``microbit.reset()`` (a software reset:
+RAM lost, flash kept) sent over the REPL after interrupting the node.
 
 Pointing ``--port`` at the pty of ``python tools/flash.py qemu`` runs this rig's own
 code path against the emulated micro:bit (hil_tests/README.md).
 """
 from __future__ import annotations
 
-import json
+import time
 from pathlib import Path
-from typing import Any, Sequence
 
 from tools.flash import BOARDS as FLASH_BOARDS
-from tools.provision import build_config, write_config
 from tools.rawrepl import RawRepl
 
 from . import RigError
@@ -49,7 +47,6 @@ class SerialRig(QemuRig):
             raise RigError(NOT_BUILT.get(board, "board %s: not on the serial rig" % board))
         self.port = port
         self.profile = FLASH_BOARDS["microbit"]
-        self.provisioned: dict[str, Any] | None = None
 
     def _board(self) -> RawRepl:
         if self.repl is None:
@@ -58,15 +55,11 @@ class SerialRig(QemuRig):
             self.repl.enter()
         return self.repl
 
-    def start(self, config: dict[str, Any], stimulus: Sequence[Sequence[int]] | None = None) -> None:
-        self._idle()
-        cfg = build_config("microbit", config, config["device_id"], None)
-        write_config(self._board(), cfg)
-        self.provisioned = cfg
-        (self.dir / "config.json").write_text(json.dumps(cfg))
-        # The node runs with the values just written to config.json (QemuRig.start calls
-        # node_call on them, as `tools/flash.py all` does); the gateway gets the broker keys.
-        super().start(dict(config, **cfg), stimulus)
+    def _hard_reset(self) -> None:
+        assert self.repl is not None
+        self.repl.enter()
+        self.repl.exec_start("import microbit\nmicrobit.reset()")
+        time.sleep(1.0)             # the board reboots; enter() then finds its prompt
 
     def close(self) -> None:
         try:

@@ -136,7 +136,7 @@ def test_acknowledged_before_publish_returned_still_counts():
 
 def test_event_lines_become_the_full_firmware_console_text_and_status_messages():
     gw, pubs, logs = _tracking()
-    gw.feed(b"#boot microbit getrandbits 7 99 1 4 2 2288\n#cap 0 4 4 4 1 4\n#done 30 12 310\n"
+    gw.feed(b"#boot microbit getrandbits 7 99 1 4 4 200 50 2 0 2288\n#cap 0 4 4 4 1 4\n#done 30 12 310\n"
             b"#idle 12 3 0\n#idle 12 3 2\n")
     assert logs == [
         "console: boot ok: board=microbit device=7 boot=99 entropy=getrandbits eps_record=1/4 "
@@ -149,7 +149,8 @@ def test_event_lines_become_the_full_firmware_console_text_and_status_messages()
     boot, cap = [json.loads(p) for t, p in pubs]
     assert all(t == "dpsense/status/d7" for t, _ in pubs)
     assert boot == {"event": "boot", "device": 7, "boot": 99, "board": "microbit",
-                    "entropy": "getrandbits", "eps_record": "1/4", "pending": 2, "mem_free": 2288}
+                    "entropy": "getrandbits", "eps_record": "1/4", "eps_record_worst": "4", "cap": "1",
+                    "pending": 2, "dropped": 0, "mem_free": 2288}
     assert cap == {"event": "window_cap", "device": 7, "boot": 99, "board": "microbit",
                    "entropy": "getrandbits", "eps_record": "1/4", "window": 0, "spent": "1",
                    "cap": "1", "withheld": 1, "released": 4}

@@ -197,7 +197,7 @@ def test_microbit_node_writes_what_node_py_writes(board: SimpleNamespace) -> Non
     rows = [[i * 97 - 6000, (i * 7919) % 70000, (-1) ** i * i * 66666667] for i in range(30)]
     seed, win, cap = 20240611, 10, (5, 2)
     out = bytearray(board.repl.exec_start(
-        "mbnode.run(7,3,%r,(1,2),[0,1650,0],%d,%r,X(%d))" % (cols, win, cap, fmix32(seed))))
+        "mbnode.run(7,3,%r,(1,2),[0,1650,0],%d,%r,(0,0),X(%d))" % (cols, win, cap, fmix32(seed))))
     tr = board.qemu.transport
     sent = 0
     polls = 0

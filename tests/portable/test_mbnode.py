@@ -129,13 +129,13 @@ def _events(text, name):
 
 
 def _kept(d):
-    return sorted([n for n in os.listdir(d) if len(n) == 16])
+    return sorted([n for n in os.listdir(d) if len(n) == 10])
 
 
 def _check(seed, cols, eps, centre, rows, dev=7, cfg_id=3, win=10 ** 6, cap=(10 ** 6, 1)):
     uart = FakeUart(rows)
     d = _folder("mb-check")
-    mbnode.run(dev, cfg_id, cols, eps, centre, win, cap, XorShift32(seed), uart, d)
+    mbnode.run(dev, cfg_id, cols, eps, centre, win, cap, (0, 0), XorShift32(seed), uart, d)
     assert _kept(d) == []
     boot, want = _reference(seed, cols, eps, centre, rows, dev, cfg_id, win, cap)
     assert _frames(uart.out) == want
@@ -183,7 +183,9 @@ def test_ledger_withholds_at_the_window_cap_like_ledger_py():
     # one column at epsilon 1/4, cap 1 per window of 10 readings: 4 released, 6 withheld
     text = _check(3, [(1, 1, 0, -100, 100, 20)], (1, 4), [0], [[i] for i in range(30)],
                   win=10, cap=(1, 1))
-    assert _events(text, b"boot")[0][2:5] == [1, 4, 0]              # 1/4 per record, none kept
+    # 1/4 per record, cap 1 = 4/4; none kept, none dropped
+    boot = _events(text, b"boot")[0]
+    assert boot[2:9] == [1, 4, 4, 0, 0, 0, 0]        # worst not given: 0/0
     # window, spent, cap, unit, epsilon per record, released so far (in quarters)
     assert _events(text, b"cap") == [[w, 4, 4, 4, 1, 4 * (w + 1)] for w in range(3)]
     assert _events(text, b"done")[0][:2] == [30, 12]
@@ -203,7 +205,7 @@ def test_unacknowledged_records_wait_on_flash_and_are_resent_identical():
     rows = [[i, -i] for i in range(30)]
     d = _folder("mb-resend")
     uart = FakeUart(rows, ack=False, ack_after=1)
-    mbnode.run(7, 0, COLS, (1, 2), [0, 0], 10 ** 6, (10 ** 6, 1), XorShift32(4), uart, d)
+    mbnode.run(7, 0, COLS, (1, 2), [0, 0], 10 ** 6, (10 ** 6, 1), (0, 0), XorShift32(4), uart, d)
     _, want = _reference(4, COLS, (1, 2), [0, 0], rows, 7, 0, 10 ** 6, (10 ** 6, 1))
     firsts = []
     for r in uart.records:
@@ -225,14 +227,14 @@ def test_a_reset_keeps_unacknowledged_records():
     one = [(1, 1, 0, -5000, 5000, 25)]
     first = FakeUart(rows, ack=False, cut=3)
     try:
-        mbnode.run(7, 0, one, (1, 1), [0], 1000, (100, 1), XorShift32(8), first, d)
+        mbnode.run(7, 0, one, (1, 1), [0], 1000, (100, 1), (0, 0), XorShift32(8), first, d)
         raise AssertionError("no power cut")
     except PowerCut:
         pass
     assert len(_kept(d)) == 3 and len(first.records) == 3
     second = FakeUart(rows)
-    mbnode.run(7, 0, one, (1, 1), [0], 1000, (100, 1), XorShift32(9), second, d)
-    assert _events(second.out, b"boot")[0][4] == 3                 # 3 kept from the first boot
+    mbnode.run(7, 0, one, (1, 1), [0], 1000, (100, 1), (0, 0), XorShift32(9), second, d)
+    assert _events(second.out, b"boot")[0][7] == 3                 # 3 kept from the first boot
     assert sorted(second.records[:3]) == sorted(first.records)      # resent before anything new
     assert len(second.records) == 13
     assert _events(second.out, b"done")[0][:2] == [10, 10]
@@ -242,7 +244,7 @@ def test_a_reset_keeps_unacknowledged_records():
 
 def test_acknowledgements_that_match_nothing_are_ignored():
     d = _folder("mb-acks")
-    f = open(d + "0123456789abcdef", "wb")
+    f = open(d + "0123456789", "wb")
     f.write(b"x")
     f.close()
     ln = bytearray(b"!0123456789abcdef")
