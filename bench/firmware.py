@@ -38,7 +38,8 @@ def microbit_ram() -> list[tuple[str, str]]:
     sys.path.insert(0, str(ROOT))
     try:
         from tools import provision as pv
-        from tools.deploy import (BOARDS, MICROBIT_IMPORTS, default_uploads, deploy)
+        from tools.deploy import (BOARDS, MICROBIT_CHECKER, MICROBIT_IMPORTS, default_uploads,
+                                  deploy, plan, resolve_sources)
         from tools.qemu import QemuMicrobit
     except ImportError as e:
         return [("unavailable", str(e))]
@@ -53,7 +54,8 @@ def microbit_ram() -> list[tuple[str, str]]:
             repl = board.repl(profile.chunk_size, profile.pause)
             repl.enter()
             rows.append(("after boot", repl.exec(free, 20).strip()))
-            deploy(repl, profile, default_uploads(profile), log=lambda s: None)
+            deploy(repl, profile, default_uploads(profile)
+                   + plan(profile, resolve_sources([MICROBIT_CHECKER])), log=lambda s: None)
             repl.write_file("config.txt", pv.microbit_config_text(cfg).encode())
             repl.soft_reset()
             for i, step in enumerate(pv.MICROBIT_CHECK):

@@ -4,8 +4,8 @@
     a = mbcfg.load("config.txt")    # (dev, cfg_id, cols, eps, centre, win, cap) for mbnode.run,
                                     # or None: it printed "config error: <key>: ..."
 
-``load(name, out)`` returns the arguments of ``mbnode.run`` but the last (``worst``, from
-``mbworst``, imported once ``load`` has returned) or writes exactly one line,
+``load(name, out)`` returns the arguments of ``mbnode.run`` but the last two (``worst``
+and ``led``, which ``mbstate`` works out in boots of their own) or writes exactly one line,
 ``config error: <key>: <problem>\\n``, with ``out`` (default: print) and returns None.
 
 Format (tools/provision.py ``microbit_config_text`` writes it): one ``key=value`` a line;
@@ -41,13 +41,12 @@ a missing file is ``<name>: cannot open the config file`` (app.py's message).
 Heap (measured on the emulated micro:bit): the board keeps every imported module (no
 sys.modules) and the qstrs of every compiled one, which leaves the heap too fragmented to
 compile mbutil/noise/mbnode afterwards, with ``import`` or ``exec`` alike. So the board
-checks its config in a boot of its own: import this module, ``load()``, write
-``repr(args)`` to ``mbargs.txt``; soft reset; import the node's modules, then
-``mbnode.run(*eval(open("mbargs.txt").read()))``. Keep this file small all the same
-(tests/unit/test_mbcfg_host.py bounds its size after tools/deploy.py's shrinking): the
-board compiles a module in one contiguous block about its size, which is why the
-whole-domain epsilon is computed by ``mbworst``, imported once the checks are done
-(tools/provision.py MICROBIT_CHECK).
+checks its config in a boot of its own when it is provisioned (tools/provision.py
+``check_microbit_config``): this module is written, imported, ``load()`` writes
+``repr(args)`` to ``mbargs.txt``, and the module is removed again (its 28 flash chunks
+are the node's). Keep this file small all the same (tests/unit/test_mbcfg_host.py bounds
+its size after tools/deploy.py's shrinking): the board compiles a module in one
+contiguous block about its size, which is why the whole-domain epsilon is ``mbstate``'s.
 """
 _B = 1 << 62
 _U = 0xFFFFFFFF

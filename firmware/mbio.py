@@ -3,7 +3,10 @@
 Files the node keeps (``d`` is a folder prefix, ``""`` on the micro:bit's flat file system):
 one file per unacknowledged record, named by the first 10 hex digits of its token (so
 that name and a two-column record share one 128-byte flash chunk; 2**40 names for at
-most KEEP files), holding the record's two framed lines exactly as sent.
+most KEEP files), holding the record's two framed lines exactly as sent; and the ledger in two files ``la`` / ``lb``
+written in turn, so that a reset while one is rewritten (the file system deletes a file
+before writing it again) leaves the other, one release older. The ledger is read back
+by ``mbstate`` in the boot that checks the config, not here: the node's heap is full.
 
 Events are console lines ``#<name> <fields>`` (docs/protocol.md 2.2) that the gateway
 expands into the human-readable console text and the status messages: the words and
@@ -109,20 +112,22 @@ def ask(w, ri, one, ln, d, s, most, rounds):
     return -1 if n == 1 and ln[0] == 46 else n
 
 
-def prep(w, d, ln, dev, boot, m, eps, cap, worst):
-    """At boot: write the kept records again and send the ``#boot`` event. Returns [kept,
-    resent, unit, eps_record, window cap], epsilons as multiples of 1/unit. The event also
-    carries ``worst`` (the whole-domain epsilon of a record, from mbcfg; 0/0 when not
-    given) and 0 dropped records: a full store stops the readings instead."""
-    a = eps[1]
-    b = cap[1]
-    while b:
-        a, b = b, a % b
-    un = eps[1] * cap[1] // a
-    row = m * eps[0] * (un // eps[1])
+def ledger(d, c, st):
+    """Write the ledger before a record exists: counter ``c``, then ``st`` = (readings
+    seen, epsilon spent in their window, unit, window length); mbstate.ledger reads it."""
+    f = open(d + ("la" if c & 1 else "lb"), "w")
+    f.write("%d %d %d %d %d;" % ((c,) + st))
+    f.close()
+
+
+def prep(w, d, ln, dev, boot, led, worst):
+    """At boot: write the kept records again and send the ``#boot`` event (``led``: the
+    ledger and its units, from mbstate.ledger; ``worst``: the whole-domain epsilon of a
+    record, from mbstate.worst, or 0/0; 0 records dropped: a full store stops the
+    readings instead). Returns [kept, resent]."""
     k = resend(w, d, ln)
     gc.collect()
     w(bytes("#boot microbit getrandbits %d %d %d %d %d %d %d %d 0 %d\n"
-            % (dev, boot, row, un, cap[0] * (un // cap[1]), worst[0], worst[1], k,
+            % (dev, boot, led[4], led[3], led[5], worst[0], worst[1], k,
                gc.mem_free() if hasattr(gc, "mem_free") else -1), "ascii"))
-    return [k, k, un, row, cap[0] * (un // cap[1])]
+    return [k, k]

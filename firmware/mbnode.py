@@ -1,9 +1,11 @@
 """Slim serial node for the BBC micro:bit v1: stimulus in, framed records out, on the UART.
 
     import mbutil, mbio, noise, mbnode      # in this order (heap fragmentation)
-    mbnode.run(7, 1, [(1, 1, 0, -5000, 5000, 25)], (1, 2), [0], 600, (60, 1), (200, 1))
-    # device 7, config 1, columns, epsilon 1/2, centre, window of 600 readings, cap 60,
-    # whole-domain epsilon 200 (mbcfg.load returns these, from config.txt)
+    mbnode.run(7, 1, [(1, 1, 0, -5000, 5000, 25)], (1, 2), [0], 600, (60, 1), (200, 1),
+               (0, 0, 0, 2, 1, 120))
+    # device 7, config 1, columns, epsilon 1/2, centre, window of 600 readings, cap 60
+    # (mbcfg.load, from config.txt); whole-domain epsilon 200 and the ledger (fresh;
+    # unit 1/2: a record costs 1, the cap is 120) from mbstate
 
 The full firmware (app.py) does not fit the micro:bit: ~9.8 KB heap after reset,
 about six nested Python calls, and wire.py alone cannot even be compiled there. This
@@ -31,8 +33,9 @@ dropped). When the host sends ``.`` the node waits through up to ``DRAIN`` resen
 the last acknowledgements; what is left stays kept for the next boot.
 
 The privacy ledger follows ledger.py's rule for windows of ``window_records`` readings
-but lives in RAM: the ~9 KB heap cannot also hold the code that would keep it on flash,
-so a reset starts a fresh window. Console lines: ``boot ok: ...`` (with the records
+and is written to flash before each record exists (``mbio.ledger``); the boot that checks
+the config reads it back (``mbstate.ledger``) into the node's arguments, so a reset
+continues the window with what it had spent. Console lines: ``boot ok: ...`` (with the records
 kept from earlier boots and ``gc.mem_free()``), ``ledger: window N cap ... reached ...``
 followed by ``status: {...}`` (the gateway publishes it to the status topic),
 ``stimulus done: ...``, then ``idle: all N records acknowledged (K resent)``: as event
@@ -46,7 +49,7 @@ try:
 except ImportError:  # flat file system (micro:bit)
     from noise import DiscreteLaplace
 from mbutil import emit
-from mbio import DRAIN, KEEP, ask, prep
+from mbio import DRAIN, KEEP, ask, ledger, prep
 
 try:
     _us = time.ticks_us
@@ -56,12 +59,14 @@ except AttributeError:  # CPython (host tests): no cost figure
     _diff = lambda a, b: 0
 
 
-def run(dev, cfg_id, cols, eps, centre, win, cap, worst=(0, 0), rng=None, uart=None, d=""):
+def run(dev, cfg_id, cols, eps, centre, win, cap, worst, led, rng=None, uart=None, d=""):
     """Release readings until the host sends ``.``; ``cols``: (num, den, offset,
     raw_min, raw_max, delta_q) per column, ``eps``: (num, den) per column; at most
     ``cap`` (num, den) of epsilon per window of ``win`` readings (ledger.Ledger's rule,
-    kept in RAM: a reset starts a fresh window); ``worst``: the whole-domain epsilon of
-    a record (mbcfg), reported at boot. ``d``: folder prefix of the node's files."""
+    on flash: a reset continues the window); ``worst``: the whole-domain epsilon of
+    a record, reported at boot (0/0: unknown); ``led``: mbstate.ledger's tuple, the
+    ledger as the last release left it and its units. ``d``: folder prefix of the
+    node's files."""
     if rng is None:
         import random as rng
     if uart is None:
@@ -76,13 +81,14 @@ def run(dev, cfg_id, cols, eps, centre, win, cap, worst=(0, 0), rng=None, uart=N
     rb = bytearray(26 + 4 * m)
     cb = bytearray(16)
     tok = bytearray(8)
-    s = prep(w, d, ln, dev, boot, m, eps, cap, worst)
-    un = s[2]
-    row = s[3]
-    cp = s[4]
-    reads = 0
-    spent = 0
-    wi = 0
+    s = prep(w, d, ln, dev, boot, led, worst)
+    un = led[3]
+    row = led[4]
+    cp = led[5]
+    lc = led[0]
+    reads = led[1]
+    spent = led[2]
+    wi = (reads - 1) // win if reads else 0    # the window of the last reading seen
     seq = 0
     cost = 0
     got = 0
@@ -104,6 +110,8 @@ def run(dev, cfg_id, cols, eps, centre, win, cap, worst=(0, 0), rng=None, uart=N
                 w(bytes("#cap %d %d %d %d %d %d\n" % (wi, spent, cp, un, row, seq), "ascii"))
             continue
         spent += row
+        lc += 1
+        ledger(d, lc, (reads, spent, un, win))
         t0 = _us()
         a = emit(rng, cols, lap, centre, ln, n, rb, cb, tok, dev, boot, seq, cfg_id, d)
         cost += _diff(_us(), t0)

@@ -24,3 +24,19 @@ def test_ledger_stops_each_window_at_its_cap(rig):
     assert [(s["window"], s["spent"], s["cap"], s["eps_record"], s["withheld"]) for s in caps] == \
         [(w, "1", "1", "1/4", 1) for w in range(3)]
     assert [s["released"] for s in caps] == [4, 8, 12]
+
+
+def test_a_reset_does_not_reopen_the_window(rig):
+    # one column at epsilon 1/4, cap 1 per window of 1000 readings: the first boot spends
+    # the window's budget on 4 records; after a reset the same window has nothing left
+    cfg = rig.config(7, columns=[column(20)], epsilon="0.25", centre=[0], window_records=1000,
+                     window_cap="1", period_ms=0)
+    rig.start(cfg, stimulus=[[i] for i in range(10)])
+    rig.expect(r"ledger: window 0 cap 1 reached \(spent 1\)", 10)
+    rig.expect("stimulus done: 10 readings, 4 released", 10)
+    rig.cloud.wait_readings(4, 20)
+    rig.reset()
+    rig.expect("boot ok", 15)
+    rig.expect(r"ledger: window 0 cap 1 reached \(spent 1\)", 10)
+    rig.expect("stimulus done: 10 readings, 0 released", 10)
+    assert rig.cloud.reading_count() == 4

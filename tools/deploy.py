@@ -174,9 +174,12 @@ class Upload:
 # (the full firmware does not fit its heap; see firmware/mbnode.py). Order matters:
 # importing them in this order leaves the heap unfragmented for compiling each.
 MICROBIT_FILES = ("mbutil", "mbio", "noise", "mbnode")
-# The module that checks the micro:bit's config.txt, in a boot of its own (tools/provision.py
-# MICROBIT_CHECK): it is deployed with the node but never imported next to it.
-MICROBIT_CONFIG_FILES = ("mbcfg", "mbworst")
+# Deployed with the node but never imported next to it: mbstate runs in a boot of its own
+# before each start of the node (tools/provision.py boot_microbit_node).
+MICROBIT_BOOT_FILES = ("mbstate",)
+# The config checker: written by `provision`, run in a boot of its own, then removed, so
+# that its 28 flash chunks stay free for the node's kept records and ledger.
+MICROBIT_CHECKER = "mbcfg"
 # The raw-REPL lines that import them on the board, collecting garbage in between.
 MICROBIT_IMPORTS = "import gc\n" + "".join("import %s\ngc.collect()\n" % m for m in MICROBIT_FILES)
 # Top-level functions the micro:bit node never calls, left out of the shrunk copy:
@@ -278,7 +281,7 @@ def default_uploads(board: Board, files: Sequence[str] | None = None,
     """What ``deploy`` writes: ``files``, or the board's default set. The default for a
     board with folders also carries its profile (``boards/__init__.py`` and
     ``boards/<name>.py``), which ``firmware/app.py`` loads at start-up."""
-    chosen = files or (list(MICROBIT_FILES + MICROBIT_CONFIG_FILES) if board.flat else None)
+    chosen = files or (list(MICROBIT_FILES + MICROBIT_BOOT_FILES) if board.flat else None)
     uploads = plan(board, resolve_sources(chosen), shrink)
     if not files and not board.flat:
         for name in ("__init__.py", board.name + ".py"):
@@ -322,11 +325,11 @@ def deploy_folder(folder: Path, uploads: Sequence[Upload], log: Log = print) -> 
 
 
 def importable(uploads: Sequence[Upload]) -> list[str]:
-    """The modules of ``uploads`` a board imports together (the micro:bit's config check,
-    which runs alone, is left out)."""
+    """The modules of ``uploads`` a board imports together (the micro:bit's boot and check
+    modules, which run alone, are left out)."""
     return [u.module for u in uploads
             if u.module and u.module.rsplit(".", 1)[-1] not in ENTRY_POINTS + ("__init__",)
-            and u.module not in MICROBIT_CONFIG_FILES]
+            and u.module not in MICROBIT_BOOT_FILES + (MICROBIT_CHECKER,)]
 
 
 def check_imports(repl: RawRepl, modules: Sequence[str], log: Log = print) -> int:

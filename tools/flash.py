@@ -24,7 +24,8 @@ from tools.deploy import (  # noqa: E402
     ENTRY_POINTS,
     FIRMWARE_DIR,
     GENERIC_SERIAL,
-    MICROBIT_CONFIG_FILES,
+    MICROBIT_BOOT_FILES,
+    MICROBIT_CHECKER,
     MICROBIT_FILES,
     MICROBIT_IMPORTS,
     PACKAGE,
@@ -49,7 +50,7 @@ from tools.qemu import QemuMicrobit  # noqa: E402
 from tools.rawrepl import RawRepl, RawReplError, ReplError  # noqa: E402
 
 # The library names stay importable from here (tests and rigs use ``tools.flash``).
-__all__ = ["BOARDS", "Board", "ENTRY_POINTS", "FIRMWARE_DIR", "GENERIC_SERIAL", "Log", "MICROBIT_CONFIG_FILES", "MICROBIT_FILES", "MICROBIT_IMPORTS",
+__all__ = ["BOARDS", "Board", "ENTRY_POINTS", "FIRMWARE_DIR", "GENERIC_SERIAL", "Log", "MICROBIT_BOOT_FILES", "MICROBIT_CHECKER", "MICROBIT_FILES", "MICROBIT_IMPORTS",
            "PACKAGE", "QemuMicrobit", "RawRepl", "RawReplError", "ReplError", "SHARED_DIR", "Upload",
            "check_imports", "check_imports_unix", "default_sources", "default_uploads", "deploy",
            "deploy_folder", "importable", "main", "micropython_binary", "open_board", "plan",
@@ -327,7 +328,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         deploy(repl, board, uploads)
         if args.check:
             check_imports(repl, importable(uploads))
-            for m in [u.module for u in uploads if u.module in MICROBIT_CONFIG_FILES]:
+            for m in [u.module for u in uploads
+                      if u.module in MICROBIT_BOOT_FILES + (MICROBIT_CHECKER,)]:
                 check_imports(repl, [m])          # alone, in a boot of its own
     return 0
 
@@ -387,8 +389,8 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
     if name == "config.txt":
         assert repl is not None
         pv.check_microbit_config(repl)
-        log("  config.txt checked by the board itself (mbcfg): ok; mbnode.run's arguments "
-            "in mbargs.txt")
+        log("  config.txt checked by the board itself (mbcfg, written for the check and "
+            "removed after it): ok; mbnode.run's arguments in mbargs.txt")
     return name, data, cfg
 
 
@@ -497,7 +499,7 @@ def cmd_all(args: argparse.Namespace) -> int:
         period = base.get("period_ms", 1000) / 1000.0
         rows = (pv.read_rows(args.stimulus) if args.stimulus
                 else pv.synthetic_rows(cfg, args.rows))
-        with pv.NodeBridge(repl, pv.MICROBIT_RUN, rows, period) as bridge:
+        with pv.NodeBridge(repl, rows, period) as bridge:
             print("== run: mbnode.run(*<mbargs.txt>), arguments %s" % pv.node_call(cfg)[10:])
             print("gateway port: %s" % bridge.pty)
             print("  dpsense gateway --port %s --device-id %d --data-dir %s --broker-port %d"

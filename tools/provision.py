@@ -5,16 +5,17 @@
     name, data = write_config(repl, cfg, board="esp32")   # config.json on the board
     bad = verify_files(repl, expected)            # {} when every file matches
     check_microbit_config(repl)                   # micro:bit: its own check of config.txt
-    with NodeBridge(repl, MICROBIT_RUN, rows, 0.0) as bridge:     # micro:bit boards
+    with NodeBridge(repl, rows, 0.0) as bridge:   # micro:bit boards: boot_microbit_node
         bridge.pty                                # give this to `dpsense gateway --port`
 
 Config rules are firmware/config.py's own ``validate`` with the board's profile from
 firmware/boards/, run on the host, so a provisioning error names its key before anything
-is written; the board checks its config again when it starts. The micro:bit gets only
-what ``mbnode.run`` takes, as ``config.txt`` (firmware/mbcfg.py's format: its heap holds
-no JSON), and no broker password: the gateway logs in for it. It checks that file with
-``mbcfg`` in a boot of its own (the check and the node do not fit in one heap), which
-leaves ``mbnode.run``'s arguments in ``mbargs.txt`` for the node's boot.
+is written. The micro:bit gets only what ``mbnode.run`` takes, as ``config.txt``
+(firmware/mbcfg.py's format: its heap holds no JSON), and no broker password: the
+gateway logs in for it. The board checks that file itself with ``mbcfg`` in a boot of its
+own (the check and the node do not fit in one heap; the checker is removed afterwards,
+its flash is the node's), which leaves ``mbnode.run``'s arguments in ``mbargs.txt``; every
+start of the node reads its ledger back first (``mbstate``, another boot of its own).
 """
 from __future__ import annotations
 
@@ -65,23 +66,30 @@ MICROBIT_KEYS = ("device_id", "config_id", "columns", "epsilon", "centre", "wind
                  "window_cap")
 BROKER_KEYS = ("broker_host", "broker_port", "broker_user", "broker_password")
 
-# The micro:bit's boots. The check: config.txt through mbcfg, mbnode.run's arguments to
-# mbargs.txt (removed first, so a bad config leaves the node nothing to run with). One
-# raw-REPL exec per step: a step's compiled code stays on the heap while it runs, and
-# compiling mbcfg needs nearly all of it. What load() leaves is too fragmented to compile
-# anything more, so the whole-domain epsilon (mbworst) is added in a boot of its own.
+# The micro:bit's boots, each in a fresh heap. One raw-REPL exec per step: a step's
+# compiled code stays on the heap while it runs, and compiling mbcfg needs nearly all of it.
+# The check (provisioning): config.txt through mbcfg, mbnode.run's arguments to mbargs.txt
+# (removed first, so a bad config leaves the node nothing to run with).
 MICROBIT_CHECK = (
     "import gc,os\ntry:\n os.remove('mbargs.txt')\nexcept OSError:\n pass\ngc.collect()",
     "import mbcfg\ngc.collect()",
     "a=mbcfg.load('config.txt')\nif a:\n f=open('mbargs.txt','w')\n f.write(repr(a))\n"
     " f.close()\n print('config ok')",
 )
-MICROBIT_WORST = ("import mbworst\nf=open('mbargs.txt')\na=eval(f.read())\nf.close()\n"
-                  "a=a+(mbworst.worst(a[2],a[3]),)\nf=open('mbargs.txt','w')\nf.write(repr(a))\n"
-                  "f.close()\nprint(a[7])")
-# The node's boot, after tools/deploy.MICROBIT_IMPORTS.
-MICROBIT_RUN = ("gc.collect()\nf=open('mbargs.txt')\na=eval(f.read())\nf.close()\ndel f\n"
-                "gc.collect()\nmbnode.run(*a)")          # (..., cap, worst): mbcfg.load's tuple
+# What load() leaves is too fragmented to compile more: the whole-domain epsilon is added
+# to the arguments in a boot of its own.
+MICROBIT_WORST = ("import mbstate\nf=open('mbargs.txt')\na=eval(f.read())\nf.close()\n"
+                  "a=a+(mbstate.worst(a[2],a[3]),)\nf=open('mbargs.txt','w')\nf.write(repr(a))\n"
+                  "f.close()\nprint('worst',a[7])")
+# Before every start of the node: the ledger as the last release left it, to mbled.txt.
+MICROBIT_LEDGER = ("import mbstate\nf=open('mbargs.txt')\na=eval(f.read())\nf.close()\n"
+                   "f=open('mbled.txt','w')\n"
+                   "f.write(repr(mbstate.ledger('',len(a[2]),a[3],a[6],a[5])))\nf.close()")
+# The node's boot, after tools/deploy.MICROBIT_IMPORTS. mbled.txt is removed once read: a
+# node started without a fresh reading of its ledger has nothing to run with.
+MICROBIT_RUN = ("import os\ngc.collect()\nf=open('mbargs.txt')\na=eval(f.read())\nf.close()\n"
+                "f=open('mbled.txt')\nb=eval(f.read())\nf.close()\ndel f\nos.remove('mbled.txt')\n"
+                "gc.collect()\nmbnode.run(*(a+(b,)))")
 
 
 class ProvisionError(ValueError):
@@ -277,20 +285,29 @@ class BoardConfigError(ProvisionError):
     """The board refused its config; the text is its ``config error: <key>: ...`` line."""
 
 
-def check_microbit_config(repl: RawRepl) -> str:
-    """Soft-reset the micro:bit and let it check its config.txt (MICROBIT_CHECK); the
-    board's output. BoardConfigError carries the board's ``config error`` line."""
+def check_microbit_config(repl: RawRepl, log: Log | None = None) -> str:
+    """Let the micro:bit check its config.txt: write the checker (mbcfg), run MICROBIT_CHECK
+    in a fresh heap, remove the checker, add the whole-domain epsilon (MICROBIT_WORST). The
+    board's output; BoardConfigError carries its ``config error: <key>: ...`` line."""
+    from tools.deploy import BOARDS, MICROBIT_CHECKER, plan, resolve_sources
+    checker = plan(BOARDS["microbit"], resolve_sources([MICROBIT_CHECKER]))[0]
     repl.soft_reset()
+    repl.write_file(checker.target, checker.data)
     try:
-        out = "".join(repl.exec(step, 30) for step in MICROBIT_CHECK)
-    except RawReplError as e:
-        raise ProvisionError("the config check failed on the board: %s" % e.exception_line) from e
+        repl.soft_reset()
+        try:
+            out = "".join(repl.exec(step, 30) for step in MICROBIT_CHECK)
+        except RawReplError as e:
+            raise ProvisionError("the config check failed on the board: %s"
+                                 % e.exception_line) from e
+    finally:
+        repl.soft_reset()        # mbcfg holds most of the heap until then
+        repl.remove(checker.target)
     for line in out.splitlines():
         if line.startswith("config error:"):
             raise BoardConfigError(line.strip())
     if "config ok" not in out:
         raise ProvisionError("the config check printed neither 'config ok' nor an error: %r" % out)
-    repl.soft_reset()           # mbcfg stays imported until then, holding most of the heap
     try:
         out += repl.exec(MICROBIT_WORST, 30)
     except RawReplError as e:
@@ -298,6 +315,22 @@ def check_microbit_config(repl: RawRepl) -> str:
                              % e.exception_line) from e
     repl.soft_reset()
     return out
+
+
+def boot_microbit_node(repl: RawRepl) -> bytes:
+    """Start the node as every boot does: the ledger read back (MICROBIT_LEDGER, a fresh
+    heap), then the node's imports and ``mbnode.run`` with mbargs.txt and mbled.txt
+    (MICROBIT_RUN). Returns what the board sent right after the run began (exec_start)."""
+    repl.soft_reset()
+    try:
+        repl.exec(MICROBIT_LEDGER, 30)
+    except RawReplError as e:
+        raise ProvisionError("reading the ledger failed on the board (provisioned? %s)"
+                             % e.exception_line) from e
+    repl.soft_reset()
+    # Imports first, on their own: compiling mbnode next to the run's code does not fit.
+    repl.exec(MICROBIT_IMPORTS, 30)
+    return repl.exec_start(MICROBIT_RUN)
 
 
 _SHA_FN = (
@@ -414,7 +447,8 @@ def read_rows(path: str) -> list[list[int]]:
 
 
 class NodeBridge:
-    """Run ``mbnode`` on a micro:bit and hand its serial output to a gateway on a new pty.
+    """Start ``mbnode`` on a provisioned micro:bit (``boot_microbit_node``) and hand its
+    serial output to a gateway on a new pty.
 
     The board's UART carries both directions: the node writes ``?`` and reads one
     stimulus row. This bridge holds the board's line, answers each ``?`` with the next
@@ -427,10 +461,9 @@ class NodeBridge:
     because opening a serial line raw (``tty.setraw``, TCSAFLUSH) discards its input.
     """
 
-    def __init__(self, repl: RawRepl, call: str, rows: Iterable[Sequence[int]],
+    def __init__(self, repl: RawRepl, rows: Iterable[Sequence[int]],
                  period_s: float = 0.0, log: Log = print, settle_s: float = 0.5) -> None:
         self.repl = repl
-        self.call = call
         self.rows = iter(rows)
         self.period_s = period_s
         self.log = log
@@ -456,11 +489,7 @@ class NodeBridge:
         self.close()
 
     def start(self) -> None:
-        repl = self.repl
-        repl.soft_reset()
-        # Imports first, on their own: compiling mbnode next to the call does not fit.
-        repl.exec(MICROBIT_IMPORTS, 30)
-        first = repl.exec_start("gc.collect()\n" + self.call)
+        first = boot_microbit_node(self.repl)
         self._thread = threading.Thread(target=self._pump, args=(first,), daemon=True)
         self._thread.start()
 

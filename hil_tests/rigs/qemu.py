@@ -6,11 +6,11 @@
 ``deploy()`` boots QEMU and writes the node's modules (tools/flash.py's MICROBIT_FILES:
 flat, shrunk, verified), then soft-resets and imports them to measure the heap.
 ``start(config, stimulus)`` writes the config as the board's ``config.txt``, lets the
-board check it (tools/provision.py MICROBIT_CHECK: firmware/mbcfg.py in a boot of its
-own; a ``config error`` line is logged as the board's console and the "board" has stopped
-with status 2), then starts the gateway on the tap's pty and runs ``mbnode.run`` with the
-checked arguments (MICROBIT_RUN), through the raw REPL as `tools/flash.py all` does (the
-node's ledger is kept in RAM only). ``reset()``
+board check it (tools/provision.py ``check_microbit_config``: firmware/mbcfg.py in a boot
+of its own; a ``config error`` line is logged as the board's console and the "board" has
+stopped with status 2), then starts the gateway on the tap's pty and the node
+(``boot_microbit_node``: its ledger read back, then ``mbnode.run`` with the checked
+arguments), through the raw REPL as `tools/flash.py all` does. ``reset()``
 presses the emulated reset button (QEMU ``system_reset``: RAM lost, flash kept) in the
 middle of a run and starts the node again with the same call, as a main.py would.
 
@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tools.flash import BOARDS as FLASH_BOARDS
-from tools.flash import (MICROBIT_CONFIG_FILES, MICROBIT_FILES, MICROBIT_IMPORTS, check_imports,
-                         deploy, plan, resolve_sources)
-from tools.provision import MICROBIT_RUN, BoardConfigError, check_microbit_config, config_file
+from tools.flash import (MICROBIT_BOOT_FILES, MICROBIT_FILES, check_imports, deploy, plan,
+                         resolve_sources)
+from tools.provision import (BoardConfigError, boot_microbit_node, check_microbit_config,
+                             config_file)
 from tools.qemu import QemuMicrobit
 
 from . import RigError
@@ -97,13 +98,13 @@ class QemuRig:
         belongs to the test, and the file system has room for the node and little more."""
         repl = self._board()
         uploads = plan(self.profile, resolve_sources(
-            list(paths or MICROBIT_FILES + MICROBIT_CONFIG_FILES)))
+            list(paths or MICROBIT_FILES + MICROBIT_BOOT_FILES)))
         repl.soft_reset()             # a board used by an earlier test holds its modules
         repl.exec("import os\nfor n in os.listdir():\n if n not in %r:\n  os.remove(n)"
                   % [u.target for u in uploads], 30)
         deploy(repl, self.profile, uploads, log=self.deploy_log.append)
         self.mem_free_after_import = check_imports(
-            repl, [u.module for u in uploads if u.module not in MICROBIT_CONFIG_FILES],
+            repl, [u.module for u in uploads if u.module not in MICROBIT_BOOT_FILES],
             log=self.deploy_log.append)
         return [u.target for u in uploads]
 
@@ -137,14 +138,10 @@ class QemuRig:
             self._exit = 2
             return
         self._start_gateway(config)
-        repl.soft_reset()
         self._run_node()
 
     def _run_node(self) -> None:
-        repl = self._board()
-        # Imports first, on their own: compiling mbnode next to the call's literals does not fit.
-        repl.exec(MICROBIT_IMPORTS, 30)
-        rest = repl.exec_start(MICROBIT_RUN)
+        rest = boot_microbit_node(self._board())     # as `tools/flash.py all` starts it
         self._tap_stop.clear()
         self._tap = threading.Thread(target=self._pump, args=(rest, list(self._rows)), daemon=True)
         self._tap.start()
@@ -287,16 +284,16 @@ class QemuRig:
         return self._board().exec(code, timeout_s)
 
     def reset(self) -> None:
-        """Reset button mid-run (RAM lost, flash kept), then the node starts again with the
-        same call and stimulus, as a main.py would; the gateway keeps running, and its
-        acknowledgements wait in its pty until the new node reads them."""
+        """Reset button mid-run (RAM lost, flash kept), then the board boots as it does
+        every time (its ledger read back, then the node) with the same stimulus; the
+        gateway keeps running, and its answers wait in its pty until the new node reads
+        them."""
         if self._tap is None:
             raise RigError("reset: the node is not running")
         self._stop_tap()
         self._hard_reset()
         assert self.repl is not None
         self.repl.enter()
-        self.repl.soft_reset()       # the heap as the first start had it
         # A test that muted the relay muted the gateway's connection, which a reset of the
         # board does not touch: reconnect it, as the gateway's keepalive would in time.
         self.cloud.relay.unmute()

@@ -90,7 +90,7 @@ def test_flash_all_then_gateway_brings_readings_to_the_database(tmp_path: Path) 
         for step in ("== firmware", "== deploy", "== provision", "== verify", "== run"):
             assert step in text
         assert "config.txt" in text and "sha256" not in text    # the micro:bit has no hashlib
-        assert "checked by the board itself (mbcfg): ok" in text
+        assert "checked by the board itself (mbcfg, written for the check and removed after it): ok" in text
         assert "MISMATCH" not in text
         gw_log = tmp_path / "gateway.log"
         with open(gw_log, "wb") as out:

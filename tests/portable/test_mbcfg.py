@@ -165,11 +165,11 @@ def test_blank_comment_and_spaced_lines_are_fine():
 
 
 def test_whole_domain_epsilon():
-    import mbworst
+    import mbstate
     # 1/2 x 2e8/20 + 1/2 x 2e8/30, reduced
-    assert mbworst.worst(WANT[2], WANT[3]) == (25000000, 3)
+    assert mbstate.worst(WANT[2], WANT[3]) == (25000000, 3)
     # a domain narrower than delta_q costs the column's epsilon; a negative scale counts too
-    assert mbworst.worst([(1, 1, 0, 0, 10, 25), (-2, 1, 0, 0, 100, 50)], (1, 4)) == (5, 4)
+    assert mbstate.worst([(1, 1, 0, 0, 10, 25), (-2, 1, 0, 0, 100, 50)], (1, 4)) == (5, 4)
 
 
 def test_columns_in_any_order_and_one_column():

@@ -14,6 +14,7 @@ from ledger import OK, Ledger  # noqa: E402
 from tests.portable.fwutil import scratch  # noqa: E402
 
 import mbio  # noqa: E402
+import mbstate  # noqa: E402
 import mbutil  # noqa: E402
 
 mbio.POLL = mbio.PAUSE = 5      # ms: keeps the waits for a silent gateway short here
@@ -132,10 +133,17 @@ def _kept(d):
     return sorted([n for n in os.listdir(d) if len(n) == 10])
 
 
+def _run(d, rng, uart, cols, eps, win, cap, dev=7, cfg_id=0, centre=None):
+    """Start the node as a board does: its state from mbstate (the check's boot), then run."""
+    mbnode.run(dev, cfg_id, cols, eps, centre or [0] * len(cols), win, cap, (0, 0),
+               mbstate.ledger(d, len(cols), eps, cap, win), rng, uart, d)
+
+
 def _check(seed, cols, eps, centre, rows, dev=7, cfg_id=3, win=10 ** 6, cap=(10 ** 6, 1)):
     uart = FakeUart(rows)
     d = _folder("mb-check")
-    mbnode.run(dev, cfg_id, cols, eps, centre, win, cap, (0, 0), XorShift32(seed), uart, d)
+    mbnode.run(dev, cfg_id, cols, eps, centre, win, cap, (0, 0), mbstate.ledger(d, len(cols), eps, cap, win),
+               XorShift32(seed), uart, d)
     assert _kept(d) == []
     boot, want = _reference(seed, cols, eps, centre, rows, dev, cfg_id, win, cap)
     assert _frames(uart.out) == want
@@ -205,7 +213,7 @@ def test_unacknowledged_records_wait_on_flash_and_are_resent_identical():
     rows = [[i, -i] for i in range(30)]
     d = _folder("mb-resend")
     uart = FakeUart(rows, ack=False, ack_after=1)
-    mbnode.run(7, 0, COLS, (1, 2), [0, 0], 10 ** 6, (10 ** 6, 1), (0, 0), XorShift32(4), uart, d)
+    _run(d, XorShift32(4), uart, COLS, (1, 2), 10 ** 6, (10 ** 6, 1))
     _, want = _reference(4, COLS, (1, 2), [0, 0], rows, 7, 0, 10 ** 6, (10 ** 6, 1))
     firsts = []
     for r in uart.records:
@@ -219,27 +227,46 @@ def test_unacknowledged_records_wait_on_flash_and_are_resent_identical():
     assert _events(uart.out, b"idle") == [[30, uart.resent(), 0]]
 
 
-def test_a_reset_keeps_unacknowledged_records():
-    # the first boot releases 3 records (unacknowledged) and is cut; the second resends
-    # those 3 byte for byte before anything new, then releases its own
+def test_a_reset_keeps_unacknowledged_records_and_the_ledger():
+    # window of 1000 readings, cap 4 at 1 per record: the first boot releases 3 (not
+    # acknowledged) and is cut; the second resends those 3 byte for byte before anything
+    # new, releases 1 more (the window's spend survived the reset), then withholds
     rows = [[i, -i] for i in range(10)]
     d = _folder("mb-reset")
     one = [(1, 1, 0, -5000, 5000, 25)]
     first = FakeUart(rows, ack=False, cut=3)
     try:
-        mbnode.run(7, 0, one, (1, 1), [0], 1000, (100, 1), (0, 0), XorShift32(8), first, d)
+        _run(d, XorShift32(8), first, one, (1, 1), 1000, (4, 1))
         raise AssertionError("no power cut")
     except PowerCut:
         pass
     assert len(_kept(d)) == 3 and len(first.records) == 3
+    assert mbstate.ledger(d, 1, (1, 1), (4, 1), 1000) == (3, 3, 3, 1, 1, 4)
     second = FakeUart(rows)
-    mbnode.run(7, 0, one, (1, 1), [0], 1000, (100, 1), (0, 0), XorShift32(9), second, d)
+    _run(d, XorShift32(9), second, one, (1, 1), 1000, (4, 1))
     assert _events(second.out, b"boot")[0][7] == 3                 # 3 kept from the first boot
     assert sorted(second.records[:3]) == sorted(first.records)      # resent before anything new
-    assert len(second.records) == 13
-    assert _events(second.out, b"done")[0][:2] == [10, 10]
-    assert _events(second.out, b"idle") == [[10, 3, 0]]
+    assert len(second.records) == 4
+    assert _events(second.out, b"cap") == [[0, 4, 4, 1, 1, 1]]     # window 0 full at 4
+    assert _events(second.out, b"done")[0][:2] == [10, 1]
+    assert _events(second.out, b"idle") == [[1, 3, 0]]
     assert _kept(d) == []
+    # provisioned again with another window length: a fresh ledger
+    assert mbstate.ledger(d, 1, (1, 1), (4, 1), 500)[:3] == (0, 0, 0)
+
+
+def test_the_ledger_survives_a_torn_write():
+    d = _folder("mb-ledger")
+    mbio.ledger(d, 1, (5, 3, 10, 600))
+    mbio.ledger(d, 2, (6, 4, 10, 600))
+    # 2 columns at 1/10, cap 6/10 -> unit 10, a record 2, the cap 6
+    assert mbstate.ledger(d, 2, (1, 10), (6, 10), 600) == (2, 6, 4, 10, 2, 6)
+    f = open(d + "lb", "w")       # counter 2 lives in lb; a reset cut its rewrite short
+    f.write("3 7 6 10 6")
+    f.close()
+    assert mbstate.ledger(d, 2, (1, 10), (6, 10), 600)[:3] == (1, 5, 3)
+    os.remove(d + "la")
+    assert mbstate.ledger(d, 2, (1, 10), (6, 10), 600)[:3] == (0, 0, 0)
 
 
 def test_acknowledgements_that_match_nothing_are_ignored():

@@ -14,7 +14,7 @@ if str(ROOT / "firmware") not in sys.path:
     sys.path.insert(0, str(ROOT / "firmware"))
 
 import mbcfg  # noqa: E402
-import mbworst  # noqa: E402
+import mbstate  # noqa: E402
 from firmware.boards import microbit  # noqa: E402
 from firmware.config import ConfigError, validate  # noqa: E402
 from hil_tests import test_boot  # noqa: E402
@@ -102,7 +102,7 @@ def test_board_gets_exactly_the_node_call_arguments(cfg, tmp_path):
     got, out = _board(cfg, tmp_path)
     assert out == []
     assert got == _call_args(cfg)
-    assert mbworst.worst(got[2], got[3]) == _worst(cfg)
+    assert mbstate.worst(got[2], got[3]) == _worst(cfg)
 
 
 def _worst(cfg):
