@@ -113,10 +113,11 @@ def run(dev, cfg_id, cols, eps, centre, win, cap, worst, led, rng=None, uart=Non
         lc += 1
         ledger(d, lc, (reads, spent, un, win))
         t0 = _us()
-        a = emit(rng, cols, lap, centre, ln, n, rb, cb, tok, dev, boot, seq, cfg_id, d)
+        a, b = emit(rng, cols, lap, centre, ln, n, rb, cb, tok, dev, boot, seq, cfg_id, d)
         cost += _diff(_us(), t0)
         s[0] += 1
         w(a)
+        w(b)
         seq += 1
     w(bytes("#done %d %d %d\n" % (got, seq, cost // (seq or 1)), "ascii"))
     ask(w, ri, one, ln, d, s, 0, DRAIN)

@@ -75,11 +75,11 @@ def emit(rng, cols, lap, centre, ln, n, rb, cb, tok, dev, boot, seq, cfg_id, d):
     pack(rng, rb, cb, tok, y, norm(y, centre) - norm(q, centre), dev, boot, seq, cfg_id)
     a = frame(rb)
     b = frame(cb)
-    a += b
     f = open(d + str(bytes(b[9:19]), "ascii"), "wb")
-    f.write(a)
+    f.write(a)          # two writes, not one joined copy: 120 bytes the heap may not have
+    f.write(b)
     f.close()
-    return a
+    return a, b
 
 
 def norm(v, c):

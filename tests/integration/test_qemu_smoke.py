@@ -177,7 +177,6 @@ def test_microbit_node_writes_what_node_py_writes(board: SimpleNamespace) -> Non
     random source: its framed lines equal Node + serial_sender + Ledger's on CPython (with
     rng.XorShift32), byte for byte. The call chain (run -> sample -> _bexp -> getrandbits)
     is one deeper than with the micro:bit's native random.getrandbits."""
-    import time
 
     from shared_protocol.rng import fmix32
     from tests.portable.test_mbnode import _frames, _reference
@@ -198,28 +197,7 @@ def test_microbit_node_writes_what_node_py_writes(board: SimpleNamespace) -> Non
     out = bytearray(board.repl.exec_start(
         "mbnode.run(7,3,%r,(1,2),[1650,0],%d,%r,(0,0),(0,0,0,2,2,5),X(%d))"      # fresh ledger,
         % (cols, win, cap, fmix32(seed))))           # unit 1/2: a record 2, the cap 5
-    tr = board.qemu.transport
-    sent = 0
-    polls = 0
-    acks: list[bytes] = []
-    seen = 0
-    deadline = time.monotonic() + 60
-    while not out.endswith(b"\x04>"):
-        assert time.monotonic() < deadline, "no end of run; got %r" % bytes(out[-300:])
-        out += tr.read_some(0.2)
-        lines = bytes(out).split(b"\n")[:-1]
-        # as the gateway: each record is acknowledged once both messages would be stored,
-        # given to the board when it polls ("!"), two at most per poll, then "!"
-        corrections = [ln for ln in lines if ln.startswith(b"~0102")]
-        acks += [b"!" + ln[9:25] + b"\n" for ln in corrections[seen:]]
-        seen = len(corrections)
-        for _ in range(lines.count(b"!") - polls):
-            tr.write(b"".join(acks[:2]) + b"!\n")
-            del acks[:2]
-            polls += 1
-        while out.count(b"?\n") > sent:
-            tr.write(("%d,%d\n" % tuple(rows[sent])).encode() if sent < len(rows) else b".\n")
-            sent += 1
+    out = _drive(board.qemu.transport, out, rows)
     board.repl.enter()
     text = bytes(out)
     assert b"Traceback" not in text, text.decode("latin-1")
@@ -231,6 +209,63 @@ def test_microbit_node_writes_what_node_py_writes(board: SimpleNamespace) -> Non
     assert "ledger: window 2 cap 5/2 reached (spent 2)" in console
     assert "stimulus done: 30 readings, 6 released" in console
     assert "idle: all 6 records acknowledged (0 resent)" in console
+
+
+def _drive(tr: Transport, out: bytearray, rows: list[list[int]], timeout: float = 60.0) -> bytearray:
+    """Be the node's host until its run ends: each ``?`` gets the next row (``.`` when
+    done); as the gateway, each record is acknowledged (as if both its messages were
+    stored) when the board polls (``!``), two at most per poll, then ``!``."""
+    import time
+    sent = 0
+    polls = 0
+    acks: list[bytes] = []
+    seen = 0
+    deadline = time.monotonic() + timeout
+    while not out.endswith(b"\x04>"):
+        assert time.monotonic() < deadline, "no end of run; got %r" % bytes(out[-300:])
+        out += tr.read_some(0.2)
+        lines = bytes(out).split(b"\n")[:-1]
+        corrections = [ln for ln in lines if ln.startswith(b"~0102")]
+        acks += [b"!" + ln[9:25] + b"\n" for ln in corrections[seen:]]
+        seen = len(corrections)
+        for _ in range(lines.count(b"!") - polls):
+            tr.write(b"".join(acks[:2]) + b"!\n")
+            del acks[:2]
+            polls += 1
+        while out.count(b"?\n") > sent:
+            tr.write((",".join(str(v) for v in rows[sent]) + "\n").encode()
+                     if sent < len(rows) else b".\n")
+            sent += 1
+    return out
+
+
+def test_microbit_node_runs_three_columns_from_a_checked_config() -> None:
+    """The micro:bit's widest config (3 columns, one with long ints) through the real boot
+    sequence: provisioning's check on the board (mbcfg, then removed), the ledger read
+    back (mbstate), the node; every record released and acknowledged, no MemoryError."""
+    from tools import provision as pv
+    from tools.deploy import default_uploads
+    profile = BOARDS["qemu-microbit"]
+    col = lambda lo, hi: {"num": 1, "den": 1, "offset": 0, "raw_min": lo, "raw_max": hi,  # noqa: E731
+                          "delta_q": 25}
+    cfg = {"device_id": 7, "config_id": 0, "epsilon": "0.5", "centre": [0, 0, 0],
+           "columns": [col(-10 ** 9, 10 ** 9), col(0, 65535), col(-5000, 5000)],
+           "window_records": 600, "window_cap": "600"}
+    with QemuMicrobit() as q:
+        repl = q.repl(profile.chunk_size, profile.pause)
+        repl.enter()
+        deploy(repl, profile, default_uploads(profile), log=lambda s: None)
+        repl.write_file("config.txt", pv.microbit_config_text(cfg).encode())
+        pv.check_microbit_config(repl)
+        assert "mbcfg.py" not in repl.exec("import os\nprint(os.listdir())")
+        out = _drive(q.transport, bytearray(pv.boot_microbit_node(repl)),
+                     [[i * 66666667, i * 999, i - 3000] for i in range(40)])
+    text = bytes(out)
+    assert b"Traceback" not in text, text.decode("latin-1")
+    console = _expanded(text)
+    assert "stimulus done: 40 readings, 40 released" in console
+    assert "idle: all 40 records acknowledged (0 resent)" in console
+    assert text.count(b"\n~0101") == 40
 
 
 def _expanded(text: bytes) -> str:
