@@ -37,7 +37,7 @@ def microbit_ram() -> list[tuple[str, str]]:
     sys.modules.pop("firmware", None)
     sys.path.insert(0, str(ROOT))
     try:
-        from tools import provision as pv
+        from tools import microbit as mb
         from tools.deploy import (BOARDS, MICROBIT_CHECKER, MICROBIT_IMPORTS, default_uploads,
                                   deploy, plan, resolve_sources)
         from tools.qemu import QemuMicrobit
@@ -56,9 +56,9 @@ def microbit_ram() -> list[tuple[str, str]]:
             rows.append(("after boot", repl.exec(free, 20).strip()))
             deploy(repl, profile, default_uploads(profile)
                    + plan(profile, resolve_sources([MICROBIT_CHECKER])), log=lambda s: None)
-            repl.write_file("config.txt", pv.microbit_config_text(cfg).encode())
+            repl.write_file("config.txt", mb.microbit_config_text(cfg).encode())
             repl.soft_reset()
-            for i, step in enumerate(pv.MICROBIT_CHECK):
+            for i, step in enumerate(mb.MICROBIT_CHECK):
                 repl.exec(step, 30)
                 if i == 1:
                     rows.append(("config check: after import mbcfg", repl.exec(free, 20).strip()))

@@ -8,7 +8,7 @@
 and ``led``, which ``mbstate`` works out in boots of their own) or writes exactly one line,
 ``config error: <key>: <problem>\\n``, with ``out`` (default: print) and returns None.
 
-Format (tools/provision.py ``microbit_config_text`` writes it): one ``key=value`` a line;
+Format (tools/microbit.py ``microbit_config_text`` writes it): one ``key=value`` a line;
 blank lines and lines starting with ``#`` are skipped, spaces around key and value are
 ignored. A value is an int (``-5000``), a "string" (what is between the first and last
 ``"``: no escapes) or a flat list of those (``[0,1650]``); any other value (``0.5``,
@@ -41,7 +41,7 @@ a missing file is ``<name>: cannot open the config file`` (app.py's message).
 Heap (measured on the emulated micro:bit): the board keeps every imported module (no
 sys.modules) and the qstrs of every compiled one, which leaves the heap too fragmented to
 compile mbutil/noise/mbnode afterwards, with ``import`` or ``exec`` alike. So the board
-checks its config in a boot of its own when it is provisioned (tools/provision.py
+checks its config in a boot of its own when it is provisioned (tools/microbit.py
 ``check_microbit_config``): this module is written, imported, ``load()`` writes
 ``repr(args)`` to ``mbargs.txt``, and the module is removed again (its 28 flash chunks
 are the node's). Keep this file small all the same (tests/unit/test_mbcfg_host.py bounds

@@ -1,5 +1,5 @@
 """What the micro:bit node starts from, worked out in the boot that checks its config
-(tools/provision.py MICROBIT_CHECK): the node's own heap has no room for this code.
+(tools/microbit.py): the node's own heap has no room for this code.
 """
 
 

@@ -175,7 +175,7 @@ class Upload:
 # importing them in this order leaves the heap unfragmented for compiling each.
 MICROBIT_FILES = ("mbutil", "mbio", "noise", "mbnode")
 # Deployed with the node but never imported next to it: mbstate runs in a boot of its own
-# before each start of the node (tools/provision.py boot_microbit_node).
+# before each start of the node (tools/microbit.py boot_microbit_node).
 MICROBIT_BOOT_FILES = ("mbstate",)
 # The config checker: written by `provision`, run in a boot of its own, then removed, so
 # that its 28 flash chunks stay free for the node's kept records and ledger.

@@ -388,7 +388,8 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
     log("  %-30s %6d bytes  verified (%s)" % (where, len(data), ", ".join(sorted(cfg))))
     if name == "config.txt":
         assert repl is not None
-        pv.check_microbit_config(repl)
+        from tools.microbit import check_microbit_config
+        check_microbit_config(repl)
         log("  config.txt checked by the board itself (mbcfg, written for the check and "
             "removed after it): ok; mbnode.run's arguments in mbargs.txt")
     return name, data, cfg
@@ -499,7 +500,8 @@ def cmd_all(args: argparse.Namespace) -> int:
         period = base.get("period_ms", 1000) / 1000.0
         rows = (pv.read_rows(args.stimulus) if args.stimulus
                 else pv.synthetic_rows(cfg, args.rows))
-        with pv.NodeBridge(repl, rows, period) as bridge:
+        from tools.microbit import NodeBridge
+        with NodeBridge(repl, rows, period) as bridge:
             print("== run: mbnode.run(*<mbargs.txt>), arguments %s" % pv.node_call(cfg)[10:])
             print("gateway port: %s" % bridge.pty)
             print("  dpsense gateway --port %s --device-id %d --data-dir %s --broker-port %d"

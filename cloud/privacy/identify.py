@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -219,10 +220,10 @@ class _AIQ(Mechanism):
         self.beta = _check_int("beta", beta, 1)
         self.rng = check_rng(rng)
 
+    @abstractmethod
     def mdd(self, b: int, c: int) -> int:
         """The minimum discrepant distance for ball count ``b`` and ``c`` copies; each
         subclass defines it (SPEC 2.4 for DP, 2.5 for sensitive privacy)."""
-        raise NotImplementedError
 
     def error_probability(self, b: int, c: int) -> float:
         """Probability that the output differs from ``g(i, x)`` (a float, for reporting)."""

@@ -6,7 +6,7 @@
 ``deploy()`` boots QEMU and writes the node's modules (tools/flash.py's MICROBIT_FILES:
 flat, shrunk, verified), then soft-resets and imports them to measure the heap.
 ``start(config, stimulus)`` writes the config as the board's ``config.txt``, lets the
-board check it (tools/provision.py ``check_microbit_config``: firmware/mbcfg.py in a boot
+board check it (tools/microbit.py ``check_microbit_config``: firmware/mbcfg.py in a boot
 of its own; a ``config error`` line is logged as the board's console and the "board" has
 stopped with status 2), then starts the gateway on the tap's pty and the node
 (``boot_microbit_node``: its ledger read back, then ``mbnode.run`` with the checked
@@ -38,8 +38,8 @@ from typing import Any, Sequence
 from tools.flash import BOARDS as FLASH_BOARDS
 from tools.flash import (MICROBIT_BOOT_FILES, MICROBIT_FILES, check_imports, deploy, plan,
                          resolve_sources)
-from tools.provision import (BoardConfigError, boot_microbit_node, check_microbit_config,
-                             config_file)
+from tools.microbit import BoardConfigError, boot_microbit_node, check_microbit_config
+from tools.provision import config_file
 from tools.qemu import QemuMicrobit
 
 from . import RigError

@@ -243,7 +243,7 @@ def test_microbit_node_runs_three_columns_from_a_checked_config() -> None:
     """The micro:bit's widest config (3 columns, one with long ints) through the real boot
     sequence: provisioning's check on the board (mbcfg, then removed), the ledger read
     back (mbstate), the node; every record released and acknowledged, no MemoryError."""
-    from tools import provision as pv
+    from tools import microbit as mb
     from tools.deploy import default_uploads
     profile = BOARDS["qemu-microbit"]
     col = lambda lo, hi: {"num": 1, "den": 1, "offset": 0, "raw_min": lo, "raw_max": hi,  # noqa: E731
@@ -255,10 +255,10 @@ def test_microbit_node_runs_three_columns_from_a_checked_config() -> None:
         repl = q.repl(profile.chunk_size, profile.pause)
         repl.enter()
         deploy(repl, profile, default_uploads(profile), log=lambda s: None)
-        repl.write_file("config.txt", pv.microbit_config_text(cfg).encode())
-        pv.check_microbit_config(repl)
+        repl.write_file("config.txt", mb.microbit_config_text(cfg).encode())
+        mb.check_microbit_config(repl)
         assert "mbcfg.py" not in repl.exec("import os\nprint(os.listdir())")
-        out = _drive(q.transport, bytearray(pv.boot_microbit_node(repl)),
+        out = _drive(q.transport, bytearray(mb.boot_microbit_node(repl)),
                      [[i * 66666667, i * 999, i - 3000] for i in range(40)])
     text = bytes(out)
     assert b"Traceback" not in text, text.decode("latin-1")
