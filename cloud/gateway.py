@@ -366,7 +366,8 @@ class Gateway:
 
 def run(port: str, device_id: int, host: str, port_no: int, password: str,
         baud: int = 115200, stop: threading.Event | None = None,
-        log: Callable[[str], None] | None = None, idle_exit: float | None = None) -> GatewayStats:
+        log: Callable[[str], None] | None = None, idle_exit: float | None = None,
+        keepalive: int = 60) -> GatewayStats:
     """Relay until ``stop`` is set, the line closes, or ``idle_exit`` seconds without a line."""
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion
@@ -391,7 +392,7 @@ def run(port: str, device_id: int, host: str, port_no: int, password: str,
     gw = Gateway(device_id, lambda t, p: client.publish(t, p, qos=1).mid, log)
     client.on_connect = on_connect
     client.on_publish = lambda c, userdata, mid, reason, props: gw.acked(mid)
-    client.connect(host, port_no)
+    client.connect(host, port_no, keepalive=keepalive)
     client.loop_start()
     src = None
     try:

@@ -14,10 +14,7 @@ def worst(cols, eps):
         b = eps[1] * c[5]
         n = n * b + eps[0] * (a if a > c[5] else c[5]) * q
         q *= b
-    a = n
-    b = q
-    while b:
-        a, b = b, a % b
+    a = _gcd(n, q)
     return n // a, q // a
 
 
@@ -29,11 +26,7 @@ def ledger(d, m, eps, cap, win):
     readings. A torn file (no final ``;``) is skipped: the other one is one release
     older. A ledger kept under another unit or window length (the board was provisioned
     again) is not continued."""
-    a = eps[1]
-    b = cap[1]
-    while b:
-        a, b = b, a % b
-    un = eps[1] * cap[1] // a
+    un = eps[1] * cap[1] // _gcd(eps[1], cap[1])
     v = [0, 0, 0, un, win]
     for n in ("la", "lb"):
         try:
@@ -46,3 +39,9 @@ def ledger(d, m, eps, cap, win):
         if t[-1:] == ";" and len(b) == 5 and b[0] > v[0] and b[3:] == v[3:]:
             v = b
     return v[0], v[1], v[2], un, m * eps[0] * (un // eps[1]), cap[0] * (un // cap[1])
+
+
+def _gcd(a, b):
+    while b:
+        a, b = b, a % b
+    return a

@@ -36,18 +36,20 @@ MICROBIT_CHECK = (
     "a=mbcfg.load('config.txt')\nif a:\n f=open('mbargs.txt','w')\n f.write(repr(a))\n"
     " f.close()\n print('config ok')",
 )
+# mbnode.run's arguments, read back into ``a``.
+_ARGS = "f=open('mbargs.txt')\na=eval(f.read())\nf.close()\n"
 # What load() leaves is too fragmented to compile more: the whole-domain epsilon is added
 # to the arguments in a boot of its own.
-MICROBIT_WORST = ("import mbstate\nf=open('mbargs.txt')\na=eval(f.read())\nf.close()\n"
+MICROBIT_WORST = ("import mbstate\n" + _ARGS +
                   "a=a+(mbstate.worst(a[2],a[3]),)\nf=open('mbargs.txt','w')\nf.write(repr(a))\n"
                   "f.close()\nprint('worst',a[7])")
 # Before every start of the node: the ledger as the last release left it, to mbled.txt.
-MICROBIT_LEDGER = ("import mbstate\nf=open('mbargs.txt')\na=eval(f.read())\nf.close()\n"
+MICROBIT_LEDGER = ("import mbstate\n" + _ARGS +
                    "f=open('mbled.txt','w')\n"
                    "f.write(repr(mbstate.ledger('',len(a[2]),a[3],a[6],a[5])))\nf.close()")
 # The node's boot, after tools/deploy.MICROBIT_IMPORTS. mbled.txt is removed once read: a
 # node started without a fresh reading of its ledger has nothing to run with.
-MICROBIT_RUN = ("import os\ngc.collect()\nf=open('mbargs.txt')\na=eval(f.read())\nf.close()\n"
+MICROBIT_RUN = ("import os\ngc.collect()\n" + _ARGS +
                 "f=open('mbled.txt')\nb=eval(f.read())\nf.close()\ndel f\nos.remove('mbled.txt')\n"
                 "gc.collect()\nmbnode.run(*(a+(b,)))")
 
@@ -56,7 +58,7 @@ class BoardConfigError(ProvisionError):
     """The board refused its config; the text is its ``config error: <key>: ...`` line."""
 
 
-def check_microbit_config(repl: RawRepl, log: Log | None = None) -> str:
+def check_microbit_config(repl: RawRepl) -> str:
     """Let the micro:bit check its config.txt: write the checker (mbcfg), run MICROBIT_CHECK
     in a fresh heap, remove the checker, add the whole-domain epsilon (MICROBIT_WORST). The
     board's output; BoardConfigError carries its ``config error: <key>: ...`` line."""

@@ -234,6 +234,10 @@ def parser_gateway(p: argparse.ArgumentParser) -> None:
                    help="publish as device account d<ID> (password from the data dir or DPSENSE_BROKER_PASSWORD)")
     p.add_argument("--baud", type=int, default=115200, help="serial speed (default 115200)")
     p.add_argument("--idle-exit", type=float, help="stop after this many seconds without a byte")
+    p.add_argument("--keepalive", type=int, default=60,
+                   help="MQTT keepalive in seconds: a broker that stops answering is noticed "
+                        "within about that long, then the gateway reconnects and resends "
+                        "(default 60)")
     add_common(p)
 
 
@@ -246,7 +250,7 @@ def do_gateway(args: argparse.Namespace) -> int:
     try:
         conn = connection_for(st, "d%d" % args.device_id, "unused")
         run(args.port, args.device_id, st.broker_host, st.broker_port, conn.password, baud=args.baud,
-            stop=stop, idle_exit=args.idle_exit)
+            stop=stop, idle_exit=args.idle_exit, keepalive=args.keepalive)
     except KeyboardInterrupt:
         pass
     except (BrokerError, ConnectionError, OSError, ValueError) as e:
