@@ -13,7 +13,7 @@ exactly what a networked board would send.
 Once the broker has acknowledged both messages of a record (reading and correction,
 matched by their token), the acknowledgement ``!<token hex>`` is ready for the board,
 which polls with the line ``!``: the gateway answers with at most ``ACKS_PER_POLL`` of
-them, then ``!`` (docs/protocol.md 2.1). The board paces what it is sent because its
+them (``N`` for a poll ``!N``), then ``!`` (docs/protocol.md 2.1). The board paces what it is sent because its
 UART holds only 63 unread bytes. A board that keeps its records until acknowledged (the
 micro:bit node) loses none to a reset or to a gateway that was not running, and resends
 the identical bytes; storage is idempotent, so a record published twice is stored once.
@@ -207,6 +207,7 @@ def expand_event(ev: dict[str, Any], boot: dict[str, Any] | None) -> tuple[list[
 
 _STATUS = object()    # message id of a status message: acknowledged, nothing to tell the board
 ACKS_PER_POLL = 2     # 2 x 18 bytes + "!\n" + a stimulus row stay within the micro:bit's 63
+MAX_ACKS_PER_POLL = 99    # a poll "!N" asks for up to N (a board with room for them)
 
 
 class Gateway:
@@ -232,7 +233,8 @@ class Gateway:
         self._waiting: dict[int, Any] = {}          # message id -> (token, kind) or _STATUS
         self._early: set[int] = set()               # acknowledged before publish() returned
         self._halves: dict[bytes, set[int]] = {}    # token -> kinds acknowledged so far
-        self._ready: deque[bytes] = deque()         # acknowledgements for the board's next polls
+        self._ready: deque[bytes] = deque()         # tokens to acknowledge at the board's next polls
+        self._queued: set[bytes] = set()            # the tokens in _ready
         self._replies: deque[bytes] = deque()       # lines to write to the board now
 
     def acked(self, mid: int | None = None) -> None:
@@ -262,12 +264,18 @@ class Gateway:
         kinds.add(kind)
         if len(kinds) == 2:
             del self._halves[token]
-            self._ready.append(b"!" + token.hex().encode("ascii") + b"\n")
+            # A record the board resent while its acknowledgement waited is acknowledged
+            # once: duplicates would crowd the few lines a poll carries.
+            if token not in self._queued:
+                self._queued.add(token)
+                self._ready.append(token)
 
-    def _poll(self) -> None:
+    def _poll(self, n: int) -> None:
         with self._lock:
-            for _ in range(min(ACKS_PER_POLL, len(self._ready))):
-                self._replies.append(self._ready.popleft())
+            for _ in range(min(n, len(self._ready))):
+                token = self._ready.popleft()
+                self._queued.discard(token)
+                self._replies.append(b"!" + token.hex().encode("ascii") + b"\n")
                 self.stats.replies += 1
             self._replies.append(b"!\n")
 
@@ -290,8 +298,9 @@ class Gateway:
             return
         if line.endswith(b"\r"):
             line = line[:-1]
-        if line == b"!":
-            self._poll()
+        if line[:1] == b"!" and (len(line) == 1 or (len(line) <= 3 and line[1:].isdigit())):
+            n = int(line[1:]) if len(line) > 1 else ACKS_PER_POLL
+            self._poll(min(n, MAX_ACKS_PER_POLL))
             return
         if line.startswith(b"#"):
             self._event(line)

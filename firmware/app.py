@@ -4,11 +4,15 @@
     app = App(cfg, profile)      # or by hand, with a validated config
     app.boot(); app.run()
 
-Per reading, the privacy ledger charges (and persists) the record's epsilon before
-anything is computed from it; a withheld reading releases nothing and takes no
-sequence number, so the cloud sees no gap. A released record goes to the ring
-buffer, which the uplink drains to the broker (MQTT boards), or to the console as
-two framed lines (serial boards, read by a gateway).
+The config's ``board`` key names the profile (firmware/boards/) to run; without it
+the port is detected. Per reading, the privacy ledger charges (and persists) the
+record's epsilon before anything is computed from it; a withheld reading releases
+nothing and takes no sequence number, so the cloud sees no gap. A released record
+goes to the ring buffer on flash, which the uplink drains to the broker (MQTT
+boards), or the serial link writes to the console as two framed lines for a gateway
+and keeps until the gateway acknowledges it (serial boards, seriallink.py).
+Readings come from the config's ``stimulus`` when it has one (on any board), else
+from the profile's sensor; the ``boot ok`` line ends with ``sensor=<kind>``.
 
 Console lines a rig can wait for: ``boot ok: ...``, ``config error: <key>: ...``,
 ``ledger: window N cap ... reached ...``, ``mqtt: connected ...``,
@@ -29,9 +33,9 @@ except ImportError:
     from rng import UrandomRNG
     import wire
 
-from config import ConfigError, validate
+from config import ConfigError, board_name, validate
 from ledger import CAPPED, OK, Ledger, frac_text
-from node import Node, serial_sender
+from node import Node
 import sensor
 
 
@@ -52,12 +56,15 @@ def make_rng(profile):
 
 
 class App:
-    """Everything one board runs, built from a validated config and a board profile."""
+    """Everything one board runs, built from a validated config and a board profile.
+    ``console``: the serial link's ``(write, read)`` (seriallink.stdio by default);
+    ``clock``: ``time``-shaped (ticks_ms, ticks_us, ticks_diff, ticks_add, sleep_ms)."""
 
-    def __init__(self, cfg, profile, log=print):
+    def __init__(self, cfg, profile, log=print, console=None, clock=None):
         self.cfg = cfg
         self.profile = profile
         self.log = log
+        self.clock = clock or time
         self.rng, self.entropy = make_rng(profile)
         cols = [Column(Affine(c[0], c[1], c[2], c[3], c[4]), c[5], cfg["epsilon"])
                 for c in cfg["columns"]]
@@ -68,10 +75,11 @@ class App:
         self.boot_id = (self.rng.getrandbits(16) << 16) | self.rng.getrandbits(16)
         self.ring = None
         self.uplink = None
+        self.link = None
         if profile["transport"] == "mqtt":
             send = self._mqtt(len(cols))
         else:
-            send = serial_sender(_console_writer())
+            send = self._serial(len(cols), console)
         self.node = Node(self.sensor, self.mech, self.rng, cfg["device_id"], self.boot_id,
                          cfg["config_id"], send)
         self.released = 0
@@ -106,6 +114,16 @@ class App:
             ring.put(reading, correction)
         return send
 
+    def _serial(self, ncols, console):
+        from ring import Ring
+        from seriallink import SerialLink, stdio
+        cfg = self.cfg
+        self.ring = Ring(cfg["ring_path"], wire.reading_size(ncols), cfg["ring_records"],
+                         cfg["ring_bytes"])
+        write, read = console if console is not None else stdio()
+        self.link = SerialLink(self.ring, write, read, self.clock)
+        return self.link.send
+
     def status(self, event):
         """Publish (MQTT) or print (serial) the board's state; never carries a value."""
         led = self.ledger
@@ -114,11 +132,11 @@ class App:
         row = self.mech.epsilon_row()
         text = ('{"event":"%s","device":%d,"boot":%d,"board":"%s","entropy":"%s",'
                 '"eps_record":"%s","eps_record_worst":"%s","window":%d,"spent":"%s",'
-                '"cap":"%s","withheld":%d,"released":%d,"dropped":%d,"pending":%d}'
+                '"cap":"%s","withheld":%d,"released":%d,"dropped":%d,"pending":%d,"sensor":"%s"}'
                 % (event, self.cfg["device_id"], self.boot_id, self.profile["name"],
                    self.entropy, frac_text(row[0], row[1]), frac_text(worst[0], worst[1]),
                    led.window, led.spent_text(), led.cap_text(), led.withheld, self.released,
-                   ring.dropped if ring else 0, ring.pending if ring else 0))
+                   ring.dropped if ring else 0, ring.pending if ring else 0, self.sensor.kind))
         if self.uplink is not None:
             self.uplink.status(text.encode())
         else:
@@ -126,13 +144,16 @@ class App:
 
     def boot(self):
         ring = self.ring
-        self.log("boot ok: board=%s device=%d boot=%d entropy=%s eps_record=%s pending=%d dropped=%d"
+        # sensor= last: rigs match the fields before it; a reader sees injected readings.
+        self.log("boot ok: board=%s device=%d boot=%d entropy=%s eps_record=%s pending=%d dropped=%d sensor=%s"
                  % (self.profile["name"], self.cfg["device_id"], self.boot_id, self.entropy,
                     frac_text(*self.mech.epsilon_row()), ring.pending if ring else 0,
-                    ring.dropped if ring else 0))
+                    ring.dropped if ring else 0, self.sensor.kind))
         if ring is not None and ring.lost_on_open:
             self.log("ring: layout changed; %d unsent records of the old layout dropped"
                      % ring.lost_on_open)
+        if self.link is not None:
+            self.link.start()
         self.status("boot")
 
     def read_once(self):
@@ -156,10 +177,12 @@ class App:
         return True
 
     def run(self):
-        """The loop; returns only on a board without a network once the sensor is done."""
-        t = time
+        """The loop; returns only on a board without a network once the sensor is done
+        (a serial board: once the gateway acknowledged every record, or gave up)."""
+        t = self.clock
         period = self.cfg["period_ms"]
         up = self.uplink
+        link = self.link
         sampling = True
         idle_said = False
         reads = 0
@@ -179,8 +202,26 @@ class App:
                     ms = t.ticks_diff(t.ticks_ms(), t_start)
                     self.log("stimulus done: %d readings, %d released, %d ms; firmware cost %d us per reading"
                              % (reads, self.released, ms, cost_us // (reads or 1)))
-                    if up is None:
+                    if link is not None:
+                        link.finish()
+                    elif up is None:
                         return
+            if link is not None:
+                link.service()
+                if not sampling and link.idle():
+                    if link.gave_up:
+                        self.log("idle: %d records not acknowledged, kept for the next boot (%d resent)"
+                                 % (link.pending, link.resent))
+                    else:
+                        self.log("idle: all %d records acknowledged (%d resent)"
+                                 % (self.released, link.resent))
+                    self.ring.close()
+                    return
+                # Short sleeps: the gateway's answers wait on stdin.
+                wait = 10 if not sampling else min(10, t.ticks_diff(next_read, t.ticks_ms()))
+                if wait > 0:
+                    t.sleep_ms(wait)
+                continue
             if up is None:
                 wait = t.ticks_diff(next_read, t.ticks_ms())
                 if wait > 0:
@@ -199,34 +240,34 @@ class App:
                     t.sleep_ms(wait)
 
 
-def _console_writer():
-    out = getattr(sys.stdout, "buffer", None)
-    if out is not None:
-        return out.write
-    return lambda b: sys.stdout.write(b.decode())
+def configure(path):
+    """``(cfg, profile)`` from the JSON config at ``path``: the profile its ``board`` key
+    names (or the detected one), then the config checked for it; ConfigError names the key."""
+    import json
+    import boards
+    try:
+        f = open(path)
+    except OSError:
+        raise ConfigError("%s: cannot open the config file" % path)
+    try:
+        raw = json.load(f)
+    except ValueError:
+        raise ConfigError("%s: not valid JSON" % path)
+    finally:
+        f.close()
+    try:
+        profile = boards.load(board_name(raw))
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise ConfigError("board: %s" % e)
+    return validate(raw, profile), profile
 
 
 def main(path):
     """Validate ``path`` (a JSON config), then run; a config error stops the board with its key."""
-    import json
-    import boards
     try:
-        profile = boards.load()
-    except ValueError as e:
-        print("boot error: %s" % e)
-        sys.exit(1)
-    try:
-        try:
-            f = open(path)
-        except OSError:
-            raise ConfigError("%s: cannot open the config file" % path)
-        try:
-            raw = json.load(f)
-        except ValueError:
-            raise ConfigError("%s: not valid JSON" % path)
-        finally:
-            f.close()
-        cfg = validate(raw, profile)
+        cfg, profile = configure(path)
     except ConfigError as e:
         print("config error: %s" % e)
         sys.exit(2)

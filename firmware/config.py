@@ -7,6 +7,8 @@ The config is a flat JSON object. Numbers that are privacy parameters are decima
 strings (``"epsilon": "0.5"``) and become exact fractions; JSON floats are refused.
 Keys, with defaults where a key is optional:
 
+* ``board``: the board profile to run (``esp32``, ``microbit``, ``pico``, ``pico_w``,
+  ``unix``; firmware/boards/), default the detected one
 * ``device_id`` (1..2**32-1), ``config_id`` (0..65535, default 0)
 * ``columns``: 1..16 objects ``{num, den, offset, raw_min, raw_max, delta_q}`` (ints:
   the affine scaling of docs/protocol.md 4.1 and the relaxed sensitivity in quanta)
@@ -18,10 +20,16 @@ Keys, with defaults where a key is optional:
   ``broker_ca`` (CA certificate, DER, to verify the broker with: MicroPython's
   mbedTLS rejects PEM), ``client_id``, ``keepalive``
   (60 s), ``max_inflight`` (8 records), ``ack_timeout_ms`` (10000),
-  ``backoff_max_ms`` (30000), ``ring_path``, ``ring_records`` (64), ``ring_bytes`` (16384)
+  ``backoff_max_ms`` (30000)
+* serial boards: ``broker_host``, ``broker_port``, ``broker_user`` of their gateway are
+  checked when given; ``broker_password`` is refused (the gateway holds it)
+* boards with a ring (MQTT boards, and serial boards whose profile names a
+  ``ring_path``: the Pico): ``ring_path``, ``ring_records`` (64), ``ring_bytes`` (16384)
 * boards with Wi-Fi: ``wifi_ssid``, ``wifi_password``
-* ``ledger_path``, ``period_ms`` (1000), ``stimulus`` (boards whose sensor is a
-  stimulus source: a file of readings, one per line, or a list of readings)
+* ``ledger_path``, ``period_ms`` (1000)
+* ``stimulus``: readings for a rig, a file of readings (one ``v1,v2`` per line) or a
+  list of readings; on any board it replaces the profile's sensor (ADC), and boards
+  whose sensor is a stimulus source (unix) require it
 """
 
 try:
@@ -31,7 +39,7 @@ except ImportError:
 
 _U32 = 0xFFFFFFFF
 _COLUMN_KEYS = ("num", "den", "offset", "raw_min", "raw_max", "delta_q")
-_KEYS = ("device_id", "config_id", "columns", "epsilon", "centre", "window_records",
+_KEYS = ("board", "device_id", "config_id", "columns", "epsilon", "centre", "window_records",
          "window_seconds", "window_cap", "broker_host", "broker_port", "broker_user",
          "broker_password", "broker_tls", "broker_ca", "client_id", "keepalive",
          "max_inflight", "ack_timeout_ms", "backoff_max_ms", "ring_path", "ring_records",
@@ -103,6 +111,16 @@ def _columns(raw):
     return out
 
 
+def board_name(raw):
+    """The config's ``board`` (None: detect the board); read before the profile exists."""
+    if not isinstance(raw, dict):
+        raise ConfigError("config: must be a JSON object")
+    v = raw.get("board")
+    if v is None:
+        return None
+    return _str(raw, "board")
+
+
 def validate(raw, profile):
     """The checked config as a new dict (defaults filled in); ConfigError names the key."""
     if not isinstance(raw, dict):
@@ -111,6 +129,10 @@ def validate(raw, profile):
         if k not in _KEYS:
             raise ConfigError("%s: unknown key" % k)
     c = {}
+    name = board_name(raw)
+    if name is not None and name != profile["name"]:
+        raise ConfigError("board: the config names %s, but is checked for %s" % (name, profile["name"]))
+    c["board"] = profile["name"]
     dev = c["device_id"] = _int(raw, "device_id", 1, _U32)
     c["config_id"] = _int(raw, "config_id", 0, 0xFFFF, 0)
     cols = c["columns"] = _columns(raw)
@@ -147,6 +169,21 @@ def validate(raw, profile):
         c["max_inflight"] = _int(raw, "max_inflight", 1, 32, 8)
         c["ack_timeout_ms"] = _int(raw, "ack_timeout_ms", 200, 600000, 10000)
         c["backoff_max_ms"] = _int(raw, "backoff_max_ms", 100, 3600000, 30000)
+    else:
+        # A serial board's gateway logs in to the broker for it. The gateway's host, port
+        # and account are checked when given (as mbcfg does) so a typo stops provisioning;
+        # the password stays with the gateway.
+        if "broker_password" in raw:
+            raise ConfigError("broker_password: the gateway logs in for a serial board; "
+                              "leave the password out of the board's config")
+        if "broker_host" in raw:
+            _str(raw, "broker_host")
+        if "broker_port" in raw:
+            _int(raw, "broker_port", 1, 0xFFFF)
+        if "broker_user" in raw:
+            _str(raw, "broker_user")
+    # The micro:bit (ring_path None) keeps records in files of its own (mbio.py).
+    if profile["transport"] == "mqtt" or profile.get("ring_path"):
         c["ring_path"] = _str(raw, "ring_path", profile.get("ring_path", "ring.bin"))
         c["ring_records"] = _int(raw, "ring_records", 2, 65535, 64)
         c["ring_bytes"] = _int(raw, "ring_bytes", 64, 1 << 30, 16384)
@@ -159,8 +196,9 @@ def validate(raw, profile):
         c["wifi_password"] = _str(raw, "wifi_password", None, True)
     c["ledger_path"] = _str(raw, "ledger_path", profile.get("ledger_path", "ledger.bin"))
     c["period_ms"] = _int(raw, "period_ms", 0, 86400000, 1000)
-    if profile["sensor"] == "stimulus":
-        c["stimulus"] = _stimulus(raw.get("stimulus"), m)
+    stim = raw.get("stimulus")
+    if stim is not None or profile["sensor"] == "stimulus":
+        c["stimulus"] = _stimulus(stim, m)
     return c
 
 

@@ -3,6 +3,7 @@
     s = Stimulus([[10, 20], [11, 21]])     # or Stimulus("readings.txt"): "10,20" per line
     s.read()                                # [10, 20]; None once the source is exhausted
     a = make({"sensor": "adc", "adc_pins": (26, 27)}, 2)    # machine.ADC, 0..65535 codes
+    a.kind                                  # "adc" ("stimulus", "microbit"): the boot line's sensor=
 
 ``Stimulus`` is the rig's sensor: tests inject known raw values and check what the
 board sends. ``Analog`` wraps ``machine.ADC`` (ESP32, RP2040) and ``MicrobitAnalog``
@@ -14,6 +15,8 @@ provisioned scaling does not depend on the board's ADC width. ``machine`` and
 
 class Stimulus:
     """Readings from a list, or from a text file read one line at a time (RAM)."""
+
+    kind = "stimulus"
 
     def __init__(self, source, ncols):
         self.ncols = ncols
@@ -50,6 +53,8 @@ class Stimulus:
 class Analog:
     """``machine.ADC`` channels, one per column."""
 
+    kind = "adc"
+
     def __init__(self, adcs):
         self._adcs = adcs
 
@@ -60,6 +65,8 @@ class Analog:
 class MicrobitAnalog:
     """micro:bit pins: ``read_analog()`` is 0..1023, rescaled to 0..65535."""
 
+    kind = "microbit"
+
     def __init__(self, pins):
         self._pins = pins
 
@@ -68,9 +75,10 @@ class MicrobitAnalog:
 
 
 def make(profile, ncols, stimulus=None):
-    """The sensor the board profile names, for ``ncols`` columns."""
+    """The sensor for ``ncols`` columns: the stimulus when the config gives one (on any
+    board: a rig feeds known readings to a real board), else the one the profile names."""
     kind = profile["sensor"]
-    if kind == "stimulus":
+    if stimulus is not None or kind == "stimulus":
         return Stimulus(stimulus, ncols)
     if kind == "adc":
         from machine import ADC, Pin

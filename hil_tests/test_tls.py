@@ -19,16 +19,16 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def _pki(d: Path) -> None:
-    """A CA, a server certificate for localhost signed by it, and an unrelated CA."""
+def _pki(d: Path, host: str) -> None:
+    """A CA, a server certificate for ``host`` signed by it, and an unrelated CA."""
     d.mkdir()
     for ca in ("ca", "other-ca"):
         _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca + ".key", "-out",
                  ca + ".pem", "-days", "2", "-subj", "/CN=hil-" + ca, cwd=d)
         _openssl("x509", "-in", ca + ".pem", "-outform", "DER", "-out", ca + ".der", cwd=d)
     _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
-             "-subj", "/CN=localhost", cwd=d)
-    (d / "ext.cnf").write_text("subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n")
+             "-subj", "/CN=" + host, cwd=d)
+    (d / "ext.cnf").write_text("subjectAltName=DNS:%s\nbasicConstraints=CA:FALSE\n" % host)
     _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
              "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf", cwd=d)
 
@@ -36,13 +36,14 @@ def _pki(d: Path) -> None:
 def test_tls_with_a_verified_broker_and_refusal_of_an_unknown_one(rig, tmp_path):
     if shutil.which("openssl") is None:
         pytest.skip("the openssl command is needed to make test certificates")
+    host = getattr(rig, "tls_host", "localhost")       # the name the board connects to
     pki = tmp_path / "pki"
-    _pki(pki)
+    _pki(pki, host)
     relay = rig.cloud.tls_relay(pki / "server.pem", pki / "server.key")
     rig.put("ca.der", (pki / "ca.der").read_bytes())
     rig.put("other-ca.der", (pki / "other-ca.der").read_bytes())
     base = rig.config(7, columns=[column(20)], epsilon="1", centre=[0], window_records=1000,
-                      window_cap="1000", period_ms=0, broker_host="localhost",
+                      window_cap="1000", period_ms=0, broker_host=host,
                       broker_port=relay.port, broker_tls=True)
     rig.start(dict(base, broker_ca="other-ca.der"), stimulus=[[i] for i in range(20)])
     rig.expect(r"mqtt: connect failed \(MQTTError TLS: ", 15)

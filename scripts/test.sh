@@ -26,5 +26,11 @@ python -m pytest hil_tests --rig unix -q -o junit_suite_name=hil-unix --junitxml
 echo "== hardware-in-the-loop tests, qemu rig (micro:bit MicroPython under QEMU, dpsense gateway, real Mosquitto)"
 python -m pytest hil_tests --rig qemu -q -o junit_suite_name=hil-qemu --junitxml="$OUT/hil-qemu.xml" || status=1
 
+echo "== hardware-in-the-loop tests, serial rig on a stand-in board (tools/ptyboard.py: the unix port behind a pty as an esp32, pico_w, pico)"
+for board in esp32 pico_w pico; do
+    python -m pytest hil_tests --rig serial --board "$board" --stand-in -q \
+        -o junit_suite_name="hil-serial-$board" --junitxml="$OUT/hil-serial-$board.xml" || status=1
+done
+
 python scripts/summarize.py "$OUT"/*.xml --upy "$OUT/micropython.txt"
 exit $status

@@ -84,6 +84,9 @@ def _main_help() -> str:
     return ("examples, one per board:\n" + _examples() + "\n\n"
             "  # an emulated micro:bit to work against, until Ctrl-C:\n"
             "  python tools/flash.py qemu\n"
+            "  # a stand-in ESP32/Pico (the unix port on a pty, files in out/pico), until Ctrl-C:\n"
+            "  python tools/flash.py ptyboard --dir out/pico\n"
+            "  python tools/flash.py deploy --board pico --port /dev/pts/N --check   # N as printed\n"
             "  # run code on a board:\n"
             "  python tools/flash.py exec --port /dev/ttyACM0 'import gc; print(gc.mem_free())'\n"
             "  python tools/flash.py exec --board qemu-microbit 'print(2 ** 100)'\n\n"
@@ -179,6 +182,22 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="example:\n  python tools/flash.py qemu\n"
                        "  python tools/flash.py deploy --board qemu-microbit --port /dev/pts/3")
     q.add_argument("--firmware", default=None, help="firmware .hex (default: Debian's)")
+
+    pb = sub.add_parser("ptyboard", formatter_class=fmt,
+                        help="run a stand-in ESP32/Pico board until Ctrl-C",
+                        description="Run the MicroPython unix port as a stand-in board on a "
+                        "pseudo-terminal (tools/ptyboard.py), with --dir as its file system: "
+                        "raw REPL, soft reset, Ctrl-C and machine.reset() as on a board's USB "
+                        "serial. Prints the pty and keeps running until Ctrl-C.",
+                        epilog="examples:\n  python tools/flash.py ptyboard --dir out/pico\n"
+                        "  python tools/flash.py deploy --board pico --port /dev/pts/N --check\n"
+                        "  python tools/flash.py verify --board pico --port /dev/pts/N\n"
+                        "  python tools/flash.py exec --port /dev/pts/N 'import os; "
+                        "print(os.listdir())'")
+    pb.add_argument("--dir", required=True, metavar="FOLDER",
+                    help="the board's file system (created if missing)")
+    pb.add_argument("--micropython", metavar="PATH",
+                    help="the unix port binary (default: on PATH or in .venv)")
 
     d = sub.add_parser("deploy", formatter_class=fmt, help="copy board code to a board",
                        description="Copy shared_protocol (and firmware/*.py if any) to a board, "
@@ -308,6 +327,11 @@ def cmd_qemu(args: argparse.Namespace) -> int:
             time.sleep(0.5)
         print("QEMU exited", file=sys.stderr)
         return 1
+
+
+def cmd_ptyboard(args: argparse.Namespace) -> int:
+    from tools.ptyboard import serve
+    return serve(args.dir, args.micropython)
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
@@ -523,9 +547,9 @@ def cmd_all(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"qemu": cmd_qemu, "deploy": cmd_deploy, "exec": cmd_exec,
-               "firmware": cmd_firmware, "provision": cmd_provision, "verify": cmd_verify,
-               "all": cmd_all}[args.command]
+    handler = {"qemu": cmd_qemu, "ptyboard": cmd_ptyboard, "deploy": cmd_deploy,
+               "exec": cmd_exec, "firmware": cmd_firmware, "provision": cmd_provision,
+               "verify": cmd_verify, "all": cmd_all}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:

@@ -24,10 +24,16 @@ def add_common(p: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> "Settings":
+    """The service settings of ``args``; a bad value ends the command with status 2 and
+    one line naming it (no traceback)."""
     from cloud.config import Settings
-    return Settings.resolve(data_dir=args.data_dir, broker_host=args.broker_host,
-                            broker_port=args.broker_port, analyst_db=args.analyst_db,
-                            correction_db=args.correction_db)
+    try:
+        return Settings.resolve(data_dir=args.data_dir, broker_host=args.broker_host,
+                                broker_port=args.broker_port, analyst_db=args.analyst_db,
+                                correction_db=args.correction_db)
+    except ValueError as e:
+        print("dpsense %s: %s" % (args.command, e), file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def connection_for(st: "Settings", user: str, client_id: str) -> "Connection":

@@ -1,7 +1,7 @@
 """Board profiles: plain data, one module per board, chosen once at start-up.
 
     profile = load()            # from sys.platform / sys.implementation._machine
-    profile = load("pico_w")
+    profile = load("pico_w")     # a config's ``board`` key; ValueError for an unknown name
 
 A profile is a dict ``PROFILE`` with:
 
@@ -32,6 +32,10 @@ _DETECT = (
 )
 
 
+# Every board with a profile here, for the message that names them.
+NAMES = ("esp32", "microbit", "pico", "pico_w", "unix")
+
+
 def detect():
     """The profile name for the running port, or None."""
     machine = getattr(sys.implementation, "_machine", "")
@@ -46,11 +50,19 @@ def load(name=None):
     if name is None:
         name = detect()
         if name is None:
-            raise ValueError("unknown board: platform %r; name one in the config" % sys.platform)
+            raise ValueError("unknown board: platform %r; name one in the config (%s)"
+                             % (sys.platform, ", ".join(NAMES)))
+    if name not in NAMES:
+        raise ValueError("unknown board '%s' (%s)" % (name, ", ".join(NAMES)))
     try:
         mod = __import__("boards." + name, None, None, ("PROFILE",))
     except ImportError:
-        mod = __import__("board")
+        try:
+            mod = __import__("board")
+        except ImportError:
+            # A deploy copies only its own board's profile.
+            raise ValueError("board '%s': its profile boards/%s.py is not on this board"
+                             % (name, name))
         if mod.PROFILE["name"] != name:
             raise ValueError("board.py is %s, not %s" % (mod.PROFILE["name"], name))
     return mod.PROFILE

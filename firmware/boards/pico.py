@@ -1,4 +1,7 @@
-"""Raspberry Pi Pico (no radio): ADC0..2 on GP26..28, framed lines over USB serial to a gateway."""
+"""Raspberry Pi Pico (no radio): ADC0..2 on GP26..28, framed lines over USB serial to a gateway.
+
+Records wait in the ring on flash until the gateway acknowledges them (seriallink.py).
+"""
 PROFILE = {
     "name": "pico",
     "transport": "serial",
@@ -6,7 +9,7 @@ PROFILE = {
     "adc_pins": (26, 27, 28),
     "entropy": "urandom",
     "wifi": False,
-    "ring_path": None,
+    "ring_path": "ring.bin",
     "ledger_path": "ledger.bin",
     "float_bits": 32,
 }

@@ -32,3 +32,21 @@ BOARDS = {b.name: b for b in (
 )}
 
 DEFAULT_BOARD = {"unix": "unix", "qemu": "microbit", "serial": None}
+
+
+# Rig tests that cannot apply to a board without a network of its own (a board behind
+# ``dpsense gateway``), and why.
+NO_NETWORK = {
+    "test_broker_outage_loses_nothing_and_resends_identical_bytes":
+        "the %s has no network: the broker connection (outage, reconnect, DUP resends) "
+        "is the gateway's MQTT client; the board's own store is tested by the reset test",
+    "test_tls_with_a_verified_broker_and_refusal_of_an_unknown_one":
+        "the %s has no network and no TLS: the gateway talks to the broker",
+}
+
+
+def skip_reason(board: str, test: str) -> str | None:
+    """Why ``test`` cannot run on ``board``, or None."""
+    if BOARDS[board].transport == "serial" and test in NO_NETWORK:
+        return NO_NETWORK[test] % board
+    return None

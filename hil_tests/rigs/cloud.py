@@ -35,13 +35,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class CloudSide:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, bind: str = "127.0.0.1") -> None:
         self.dir = Path(workdir)
+        self.bind = bind          # where the relays listen for devices
         self.dir.mkdir(parents=True, exist_ok=True)
         self.broker = Broker(self.dir, port=free_port())
         self.analyst_db = self.dir / "analyst.db"
         self.correction_db = self.dir / "correction.db"
-        self.relay = TcpRelay(self.broker.host, self.broker.port, self.dir / "relay")
+        self.relay = TcpRelay(self.broker.host, self.broker.port, self.dir / "relay", bind=bind)
         self.tls_relays: list[TcpRelay] = []
         self.status: list[dict] = []
         self._status_lock = threading.Lock()
@@ -121,7 +122,8 @@ class CloudSide:
         """A second relay that terminates TLS with this certificate, in front of the same broker."""
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(str(certfile), str(keyfile))
-        r = TcpRelay(self.broker.host, self.broker.port, self.dir / ("relay-tls-%d" % len(self.tls_relays)), ctx)
+        r = TcpRelay(self.broker.host, self.broker.port, self.dir / ("relay-tls-%d" % len(self.tls_relays)),
+                     ctx, self.bind)
         self.tls_relays.append(r)
         r.start()
         return r

@@ -25,13 +25,8 @@ is what ``expect`` reads.
 """
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import threading
-import time
-import tty
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,43 +38,24 @@ from tools.provision import config_file
 from tools.qemu import QemuMicrobit
 
 from . import RigError
-from .cloud import ROOT, CloudSide
+from .cloud import CloudSide
+from .tap import TapRig
 
-# Rig tests that cannot apply to the serial micro:bit node, and why.
-UNSUPPORTED = {
-    "test_broker_outage_loses_nothing_and_resends_identical_bytes":
-        "the micro:bit has no network: the broker connection (outage, reconnect, DUP resends) "
-        "is the gateway's MQTT client; the board's own store is tested by the reset test",
-    "test_tls_with_a_verified_broker_and_refusal_of_an_unknown_one":
-        "the micro:bit has no network and no TLS: the gateway talks to the broker",
-}
-
-
-class QemuRig:
+class QemuRig(TapRig):
     name = "qemu"
     # The board's resends reach the broker as the gateway's new publishes (no DUP).
     resends_with_dup = False
 
     def __init__(self, workdir: Path, board: str, cloud: CloudSide) -> None:
-        self.dir = Path(workdir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.board = board
-        self.cloud = cloud
-        self.log_path = self.dir / "console.log"      # the gateway's log
-        self.serial_path = self.dir / "serial.bin"    # every byte the device sent
+        super().__init__(workdir, board, cloud)
         self.profile = FLASH_BOARDS["qemu-microbit"]
         self.qemu: QemuMicrobit | None = None
         self.repl = None
-        self.gateway: subprocess.Popen[bytes] | None = None
         self.mem_free_after_import: int | None = None
         self.mem_free_at_boot: int | None = None
         self.deploy_log: list[str] = []
-        self._serial = bytearray()
-        self._serial_lock = threading.Lock()
         self._tap: threading.Thread | None = None
         self._tap_stop = threading.Event()
-        self._master = self._slave = -1
-        self._pos = 0
         self._rows: list[bytes] = []
         self._exit: int | None = None
 
@@ -146,24 +122,6 @@ class QemuRig:
         self._tap = threading.Thread(target=self._pump, args=(rest, list(self._rows)), daemon=True)
         self._tap.start()
 
-    def _start_gateway(self, config: dict[str, Any]) -> None:
-        self._master, self._slave = os.openpty()
-        tty.setraw(self._slave)
-        os.set_blocking(self._master, False)
-        env = dict(os.environ, PYTHONPATH=str(ROOT), DPSENSE_BROKER_PASSWORD=config["broker_password"])
-        with open(self.log_path, "ab") as log:
-            log.write(b"--- rig: gateway for device %d ---\n" % config["device_id"])
-            log.flush()
-            self._pos = log.tell()
-            self.gateway = subprocess.Popen(
-                [sys.executable, "-m", "cloud.cli", "gateway", "--port", os.ttyname(self._slave),
-                 "--device-id", str(config["device_id"]), "--data-dir", str(self.cloud.dir),
-                 "--broker-host", config["broker_host"], "--broker-port", str(config["broker_port"]),
-                 # a connection whose PUBACKs the relay drops is given up within ~2 s
-                 "--keepalive", "2"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-        self.expect(r"gateway: reading ", 30)
-
     def _pump(self, first: bytes, rows: list[bytes]) -> None:
         """Device -> capture + gateway pty; each ``?`` line of the device -> the next row;
         the gateway's lines -> the device."""
@@ -175,17 +133,11 @@ class QemuRig:
         i = 0
         data = first
         while not self._tap_stop.is_set():
-            try:
-                back += os.read(self._master, 4096)
-            except (BlockingIOError, OSError):
-                pass
-            cut = back.rfind(b"\n") + 1
-            if cut:
-                tr.write(bytes(back[:cut]))
-                del back[:cut]
+            answers = self._from_gateway(back)
+            if answers:
+                tr.write(answers)
             if data:
-                with self._serial_lock:
-                    self._serial += data
+                self._capture(data)
                 for b in data:
                     line.append(b)
                     if b == 10:
@@ -196,30 +148,19 @@ class QemuRig:
                             pending += line
                         line.clear()
             if pending:
-                try:
-                    n = os.write(self._master, pending)
-                    del pending[:n]
-                except BlockingIOError:
-                    pass
+                self._to_gateway(pending)
             try:
                 data = tr.read_some(0.01 if pending else 0.02)
             except OSError:
                 break
-        while pending:                    # what the device sent reaches the gateway
-            try:
-                del pending[:os.write(self._master, pending)]
-            except BlockingIOError:
-                time.sleep(0.01)
-            except OSError:
-                break
+        self._flush_to_gateway(pending)
 
     def _stop_tap(self) -> None:
         if self._tap is not None:
             self._tap_stop.set()
             self._tap.join(5)
             self._tap = None
-            with self._serial_lock:
-                self.serial_path.write_bytes(bytes(self._serial))
+            self._save_capture()
 
     def _idle(self) -> None:
         """Stop the firmware run and the gateway (if any); the board is at its raw prompt."""
@@ -228,52 +169,13 @@ class QemuRig:
         self._stop_tap()
         if self.repl is not None:
             self.repl.enter()
-        if self.gateway is not None:
-            self.gateway.terminate()
-            try:
-                self.gateway.wait(15)
-            except subprocess.TimeoutExpired:
-                self.gateway.kill()
-                self.gateway.wait()
-            self.gateway = None
-        for fd in (self._master, self._slave):
-            if fd >= 0:
-                os.close(fd)
-        self._master = self._slave = -1
+        self._stop_gateway()
 
-    def console(self) -> str:
-        """Every byte the device sent on the serial line, then the gateway's log."""
-        with self._serial_lock:
-            serial = bytes(self._serial)
-        log = self.log_path.read_bytes() if self.log_path.exists() else b""
-        return (serial + b"\n" + log).decode("latin-1")
-
-    def expect(self, pattern: str, timeout_s: float = 10.0) -> re.Match[str]:
-        """Wait for ``pattern`` (a regex) in the gateway's log since the last match."""
-        rx = re.compile(pattern)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            text = self._read_from(self._pos)
-            m = rx.search(text)
-            if m:
-                self._pos += len(text[:m.end()].encode())
-                if self.mem_free_at_boot is None:
-                    b = re.search(r"boot ok: .* mem_free=(\d+)", text[:m.end()])
-                    if b:
-                        self.mem_free_at_boot = int(b.group(1))
-                return m
-            if self.gateway is not None and self.gateway.poll() is not None:
-                raise RigError("gateway exited with %s before %r appeared (log: %s)\n%s"
-                               % (self.gateway.returncode, pattern, self.log_path, _tail(text)))
-            if time.monotonic() > deadline:
-                raise RigError("no %r within %.0f s (log: %s, serial: %s)\n%s"
-                               % (pattern, timeout_s, self.log_path, self.serial_path, _tail(text)))
-            time.sleep(0.02)
-
-    def _read_from(self, pos: int) -> str:
-        with open(self.log_path, "rb") as f:
-            f.seek(pos)
-            return f.read().decode(errors="replace")
+    def _seen(self, text: str) -> None:
+        if self.mem_free_at_boot is None:
+            b = re.search(r"boot ok: .* mem_free=(\d+)", text)
+            if b:
+                self.mem_free_at_boot = int(b.group(1))
 
     def wait_exit(self, timeout_s: float = 10.0) -> int:
         """The node's exit status: 2 after a refused config (the node never started)."""
@@ -314,6 +216,3 @@ class QemuRig:
                 self.qemu = None
                 self.repl = None
 
-
-def _tail(text: str, lines: int = 15) -> str:
-    return "\n".join(text.splitlines()[-lines:])

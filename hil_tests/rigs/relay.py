@@ -49,7 +49,7 @@ class Publish:
 
 class TcpRelay:
     def __init__(self, upstream_host: str, upstream_port: int, capture_dir: Path,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, bind: str = "127.0.0.1") -> None:
         self.tls = tls
         self.upstream = (upstream_host, upstream_port)
         self.capture_dir = Path(capture_dir)
@@ -60,7 +60,7 @@ class TcpRelay:
         self._threads: list[threading.Thread] = []
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
+        self._listener.bind((bind, 0))       # 0.0.0.0 for a board on the LAN
         self._listener.listen(16)
         self._listener.settimeout(0.1)
         self.port: int = self._listener.getsockname()[1]

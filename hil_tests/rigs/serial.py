@@ -1,50 +1,84 @@
 """The serial rig: a board on ``--port``, set up with tools/flash.py, then the same tests.
 
     python -m pytest hil_tests --rig serial --board microbit --port /dev/ttyACM0
-    python -m pytest hil_tests --rig serial --board microbit --port /dev/pts/3   # `flash.py qemu`
+    python -m pytest hil_tests --rig serial --board pico --port /dev/ttyACM0
+    python -m pytest hil_tests --rig serial --board esp32 --port /dev/ttyUSB0 \\
+        --broker-host 192.168.1.20 --wifi-ssid lab --wifi-password secret
+    python -m pytest hil_tests --rig serial --board pico --stand-in   # no board: tools/ptyboard.py
 
-micro:bit (serial transport): everything is the qemu rig's (``rigs/qemu.py``) on a real
-port: ``deploy()`` writes the slim node's files with tools/flash.py's ``plan``/``deploy``
-(flat, shrunk, verified) and checks the imports; ``start(config, stimulus)`` writes
-``config.txt``, lets the board check it (mbcfg) and runs the node with what the check
-wrote; the rig holds the port, answers the node's ``?`` lines with stimulus rows, keeps
-every byte the board sends and forwards it to ``dpsense gateway`` on a second pty, and
-passes the gateway's answers back. ``reset()`` is ``microbit.reset()`` (a software reset:
-RAM lost, flash kept) sent over the REPL after interrupting the node.
+micro:bit (``SerialRig``): everything is the qemu rig's (``rigs/qemu.py``) on a real
+port: the slim node's files, ``config.txt`` checked by the board (mbcfg), stimulus rows
+answered over the UART, ``dpsense gateway`` on a second pty; ``reset()`` is
+``microbit.reset()`` sent over the REPL after interrupting the node. Pointing ``--port``
+at the pty of ``python tools/flash.py qemu`` runs this path against the emulated micro:bit.
 
-Pointing ``--port`` at the pty of ``python tools/flash.py qemu`` runs this rig's own
-code path against the emulated micro:bit (hil_tests/README.md).
+ESP32, Pico W, Pico (``FirmwareRig``): the full firmware (firmware/app.py).
+
+* ``deploy()`` writes tools/flash.py's default upload set for the board (shared_protocol/,
+  the firmware, the board's profile) through the raw REPL, skipping files whose sha256 on
+  the board already matches, removes what earlier tests left (ring, ledger, config,
+  stimulus, certificates), and imports every module on the board.
+* ``start(config, stimulus)`` soft-resets the board, writes the stimulus as
+  ``stimulus.txt`` and the config as ``config.json`` (with ``board`` and ``stimulus`` set:
+  the readings are the test's, not the ADC's, and the boot line says ``sensor=stimulus``),
+  then runs ``app.main("config.json")``, the call main.py makes at boot, in the raw REPL,
+  printing its exit status (``wait_exit``: 2 after a config error).
+* The tap holds the port while the firmware runs. An MQTT board's console text is the
+  log ``expect`` reads, and its records go over Wi-Fi to the cloud side's relay, which
+  listens on ``--broker-host`` (an address of this machine the board can reach). A Pico's
+  console is its record line: the tap hands it to ``dpsense gateway`` on a pty and
+  passes the gateway's acknowledgements back (docs/protocol.md 2.1).
+* ``reset()`` interrupts the firmware (Ctrl-C) and sends ``machine.reset()``; the tap
+  reopens the port if it goes away (a Pico's USB serial does while it reboots). The
+  board boots as on power-up, main.py running the firmware on the same files.
+
+``--stand-in`` replaces the board by tools/ptyboard.py: the MicroPython unix port behind a
+pseudo-terminal, answering the raw REPL, soft and hard resets like a board. It runs this
+rig's whole path (deploy, config, console, gateway, resets) on every ``make test``; what
+it cannot show (Wi-Fi, ADC, USB re-enumeration, flash timing) is in hil_tests/README.md.
 """
 from __future__ import annotations
 
+import ipaddress
+import json
+import re
+import threading
 import time
 from pathlib import Path
+from typing import Any, Sequence
 
 from tools.flash import BOARDS as FLASH_BOARDS
-from tools.rawrepl import RawRepl
+from tools.flash import check_imports, default_uploads, deploy, importable
+from tools.provision import board_digests, host_digest
+from tools.rawrepl import RawRepl, ReplError
 
-from . import RigError
+from . import BOARDS, RigError
 from .cloud import CloudSide
 from .qemu import QemuRig
+from .tap import TapRig
 
-# Boards whose serial-rig path is not built yet, and why (the fixture skips with this).
-NOT_BUILT = {
-    "esp32": "serial rig for MQTT boards (esp32, pico_w) is not built yet: their ADC profile "
-             "has no stimulus input for the tests' readings (hil_tests/README.md)",
-    "pico_w": "serial rig for MQTT boards (esp32, pico_w) is not built yet: their ADC profile "
-              "has no stimulus input for the tests' readings (hil_tests/README.md)",
-    "pico": "serial rig for the Pico is not built yet: its ADC profile has no stimulus input "
-            "for the tests' readings (hil_tests/README.md)",
-}
+# Files a test leaves on a board with folders, removed before the next test's deploy.
+STATE_FILES = ("config.json", "stimulus.txt", "ring.bin", "ledger.bin", "ca.der", "other-ca.der")
+
+# Run in the raw REPL by start(): main.py's call, with its exit status made visible
+# (a SystemExit at the raw REPL would soft-reset a board and hide it).
+RUN = ("import app\n"
+       "try:\n"
+       " app.main('config.json')\n"
+       " print('rig: exit 0')\n"
+       "except SystemExit as e:\n"
+       " print('rig: exit %d' % (e.args[0] if e.args else 0))\n")
 
 
 class SerialRig(QemuRig):
+    """The micro:bit on a real port: the qemu rig's code path."""
+
     name = "serial"
 
     def __init__(self, workdir: Path, board: str, cloud: CloudSide, port: str) -> None:
         super().__init__(workdir, board, cloud)
         if board != "microbit":
-            raise RigError(NOT_BUILT.get(board, "board %s: not on the serial rig" % board))
+            raise RigError("board %s: use FirmwareRig" % board)
         self.port = port
         self.profile = FLASH_BOARDS["microbit"]
 
@@ -68,3 +102,231 @@ class SerialRig(QemuRig):
             if self.repl is not None:
                 self.repl.close()
                 self.repl = None
+
+
+class FirmwareRig(TapRig):
+    """ESP32, Pico W or Pico running firmware/app.py, on ``port``."""
+
+    name = "serial"
+
+    def __init__(self, workdir: Path, board: str, cloud: CloudSide, port: str,
+                 broker_host: str = "127.0.0.1", wifi: tuple[str, str] = ("", ""),
+                 reopen_s: float = 10.0) -> None:
+        super().__init__(workdir, board, cloud)
+        if board not in ("esp32", "pico_w", "pico"):
+            raise RigError("board %s does not run the full firmware on the serial rig" % board)
+        self.port = port
+        self.profile = FLASH_BOARDS[board]
+        self.transport = BOARDS[board].transport
+        # A board behind the gateway reaches the broker through the gateway's own client.
+        self.resends_with_dup = self.transport == "mqtt"
+        self.broker_host = broker_host
+        self.tls_host = tls_hostname(broker_host)
+        self.wifi = wifi
+        self.reopen_s = reopen_s
+        self.repl: RawRepl | None = None
+        self.deploy_log: list[str] = []
+        self.written: list[str] = []
+        self._tap: threading.Thread | None = None
+        self._tap_stop = threading.Event()
+        self._run_from = 0          # capture offset where the current run began
+        self.account = (0, "")      # (device id, broker password) of the last config()
+
+    # -- the port ----------------------------------------------------------------------------
+    def _board(self) -> RawRepl:
+        if self.repl is None:
+            self.repl = self._open()
+            self.repl.enter()
+        return self.repl
+
+    def _open(self) -> RawRepl:
+        """The port, retried while it is away (USB serial re-enumerating after a reset)."""
+        deadline = time.monotonic() + self.reopen_s
+        while True:
+            try:
+                return RawRepl.open(self.port, 115200, self.profile.chunk_size,
+                                    self.profile.pause, self.profile.raw_paste)
+            except (OSError, ReplError) as e:
+                if time.monotonic() > deadline:
+                    raise RigError("port %s did not come back within %.0f s: %s"
+                                   % (self.port, self.reopen_s, e)) from e
+                time.sleep(0.2)
+
+    # -- files -------------------------------------------------------------------------------
+    def deploy(self, paths: Sequence[str] | None = None) -> list[str]:
+        """tools/flash.py's upload set for the board, written where the board's copy differs;
+        then the files earlier tests left are removed and every module is imported."""
+        repl = self._board()
+        repl.soft_reset()
+        uploads = default_uploads(self.profile, list(paths) if paths else None)
+        algo, got = board_digests(repl, [u.target for u in uploads], log=self.deploy_log.append)
+        stale = [u for u in uploads if got.get(u.target) != host_digest(u.data, algo)]
+        deploy(repl, self.profile, stale, log=self.deploy_log.append)
+        self.written = [u.target for u in stale]
+        repl.exec("import os\nfor n in %r:\n try:\n  os.remove(n)\n except OSError:\n  pass"
+                  % (STATE_FILES,), 30)
+        check_imports(repl, importable(uploads), log=self.deploy_log.append)
+        repl.soft_reset()
+        return [u.target for u in uploads]
+
+    def put(self, name: str, data: bytes) -> None:
+        """One more file on the board's file system (a CA certificate, say)."""
+        self._idle()
+        self._board().write_file(name, data)
+
+    def config(self, device_id: int, **keys: Any) -> dict[str, Any]:
+        """A provisioning config whose broker is the cloud side's relay (for a Pico: the
+        account its gateway publishes as)."""
+        user, password = self.cloud.add_device(device_id)
+        self.account = (device_id, password)
+        cfg: dict[str, Any] = {"device_id": device_id, "broker_host": self.broker_host,
+                               "broker_port": self.cloud.relay.port, "broker_user": user,
+                               "broker_password": password}
+        if self.transport == "mqtt":
+            cfg["backoff_max_ms"] = 1000
+        if self.board in ("esp32", "pico_w"):
+            cfg["wifi_ssid"], cfg["wifi_password"] = self.wifi
+        cfg.update(keys)
+        return cfg
+
+    # -- running -----------------------------------------------------------------------------
+    def start(self, config: dict[str, Any], stimulus: Sequence[Sequence[int]] | None = None) -> None:
+        self._idle()
+        repl = self._board()
+        repl.soft_reset()           # a fresh interpreter, as after power-up
+        on_board = dict(config, board=self.board)
+        if self.transport == "serial":
+            on_board.pop("broker_password", None)      # the gateway logs in for the board
+        if stimulus is not None:
+            text = "".join(",".join(str(int(v)) for v in row) + "\n" for row in stimulus)
+            repl.write_file("stimulus.txt", text.encode())
+            on_board["stimulus"] = "stimulus.txt"
+        repl.write_file("config.json", json.dumps(on_board).encode())
+        if self.transport == "serial":
+            # the rig's own account: a test's broken config is for the board to refuse
+            dev, password = self.account
+            self._start_gateway({"device_id": dev, "broker_password": password,
+                                 "broker_host": "127.0.0.1", "broker_port": self.cloud.relay.port})
+        else:
+            with open(self.log_path, "ab") as log:
+                log.write(b"--- rig: start ---\n")
+                self._pos = log.tell()
+        with self._serial_lock:
+            self._run_from = len(self._serial)
+        self._tap_from(repl.exec_start(RUN))
+
+    def _tap_from(self, first: bytes) -> None:
+        self._tap_stop.clear()
+        self._tap = threading.Thread(target=self._pump, args=(first,), daemon=True)
+        self._tap.start()
+
+    def _pump(self, first: bytes) -> None:
+        """Board -> capture, and the log (MQTT boards) or the gateway (a Pico); the
+        gateway's answers -> the board, whole lines."""
+        assert self.repl is not None
+        tr = self.repl.transport
+        gateway = self._master >= 0
+        pending = bytearray()
+        back = bytearray()
+        data = first
+        with open(self.log_path, "ab", buffering=0) as log:
+            while not self._tap_stop.is_set():
+                if gateway:
+                    answers = self._from_gateway(back)
+                    if answers:
+                        tr.write(answers)
+                if data:
+                    self._capture(data)
+                    if gateway:
+                        pending += data
+                    else:
+                        log.write(data.replace(b"\r", b""))
+                if pending:
+                    self._to_gateway(pending)
+                try:
+                    data = tr.read_some(0.01 if pending else 0.02)
+                except OSError:
+                    if self._tap_stop.is_set():
+                        break
+                    # a USB serial port goes away while its board reboots
+                    self.repl.close()
+                    self.repl = self._open()
+                    tr = self.repl.transport
+                    data = b""
+        self._flush_to_gateway(pending)
+
+    def _stop_tap(self) -> None:
+        if self._tap is not None:
+            self._tap_stop.set()
+            self._tap.join(5)
+            self._tap = None
+            self._save_capture()
+
+    def _idle(self) -> None:
+        """Stop the firmware (Ctrl-C) and the gateway; the board is at its raw prompt."""
+        if self._tap is None and self.gateway is None:
+            return
+        self._stop_tap()
+        if self.repl is not None:
+            self.repl.enter()
+        self._stop_gateway()
+
+    def wait_exit(self, timeout_s: float = 10.0) -> int:
+        """The exit status of the firmware started by ``start``: 2 after a config error."""
+        deadline = time.monotonic() + timeout_s
+        rx = re.compile(rb"rig: exit (\d+)")
+        while True:
+            with self._serial_lock:
+                m = rx.search(bytes(self._serial[self._run_from:]))
+            if m:
+                return int(m.group(1))
+            if time.monotonic() > deadline:
+                raise RigError("the firmware still runs after %.0f s (serial: %s)"
+                               % (timeout_s, self.serial_path))
+            time.sleep(0.05)
+
+    def exec(self, code: str, timeout_s: float = 30.0) -> str:
+        self._idle()
+        return self._board().exec(code, timeout_s)
+
+    def reset(self) -> None:
+        """Reset mid-run: Ctrl-C, ``machine.reset()``, the port reopened; main.py then runs
+        the firmware on the same files, as at power-up. The gateway keeps running."""
+        if self._tap is None:
+            raise RigError("reset: the firmware is not running")
+        self._stop_tap()
+        assert self.repl is not None
+        self.repl.enter()
+        self.repl.exec_start("import machine\nmachine.reset()")
+        self._tap_from(b"")          # the tap reopens a port that goes away meanwhile
+
+    def stop(self) -> None:
+        self._idle()
+
+    def close(self) -> None:
+        try:
+            self._idle()
+        finally:
+            if self.repl is not None:
+                self.repl.close()
+                self.repl = None
+
+
+def relay_bind(broker_host: str) -> str:
+    """Where the cloud side's relays listen for a board given ``--broker-host``: loopback
+    for a board on this machine (the stand-in), every interface for one on the LAN."""
+    if broker_host in ("localhost", "127.0.0.1"):
+        return "127.0.0.1"
+    return "0.0.0.0"
+
+
+def tls_hostname(broker_host: str) -> str | None:
+    """The name the TLS test's certificate is made for: None when the board reaches the
+    broker by an IP address (MicroPython checks the certificate against a host name)."""
+    if broker_host in ("localhost", "127.0.0.1"):
+        return "localhost"
+    try:
+        ipaddress.ip_address(broker_host)
+    except ValueError:
+        return broker_host
+    return None

@@ -1,6 +1,8 @@
 """cloud/gateway.py: framed lines -> publishes, console lines logged, malformed lines counted."""
 from __future__ import annotations
 
+import json
+
 from cloud.gateway import Gateway
 from shared_protocol import wire
 from shared_protocol.framing import frame
@@ -119,6 +121,23 @@ def test_a_poll_gets_at_most_two_acknowledgements_so_the_board_uart_never_overru
                                                               for t in tokens)
 
 
+def test_a_poll_with_a_count_gets_up_to_that_many_and_a_waiting_record_is_acked_once():
+    gw, pubs, _ = _tracking()
+    tokens = [bytes([i]) * 8 for i in range(5)]
+    for i, t in enumerate(tokens):
+        gw.feed(frame(wire.encode_reading(7, 1, i, t, 3, [i])) + frame(wire.encode_correction(t, i)))
+    gw.feed(frame(wire.encode_reading(7, 1, 0, tokens[0], 3, [0])) + frame(wire.encode_correction(tokens[0], 0)))
+    for mid in range(1, 13):                              # record 0 twice: resent while waiting
+        gw.acked(mid)
+    gw.feed(b"!3\n")
+    assert gw.take_replies() == b"".join(b"!" + t.hex().encode() + b"\n" for t in tokens[:3]) + b"!\n"
+    gw.feed(b"!32\n")
+    assert gw.take_replies() == b"".join(b"!" + t.hex().encode() + b"\n" for t in tokens[3:]) + b"!\n"
+    gw.feed(b"!0\n!999\n!x\n")                           # 0 asks for none; 999 and x are not polls
+    assert gw.take_replies() == b"!\n"
+    assert gw.stats.replies == 5 and gw.stats.console == 2
+
+
 def test_acknowledged_before_publish_returned_still_counts():
     pubs: list[tuple[str, bytes]] = []
     holder: list[Gateway] = []
@@ -161,3 +180,95 @@ def test_malformed_event_lines_are_counted():
     gw, pubs, logs = _tracking()
     gw.feed(b"#nope 1\n#cap 1 2\n#done a b c\n#cap 0 1 1 0 1 1\n#\n")
     assert pubs == [] and gw.stats.malformed == 5 and gw.stats.events == 0
+
+
+# -- the full firmware on a serial board (Pico profile), wired to the gateway in-process ------
+
+def _pico_app(tmp_path, rows, gw, up):
+    """App on the Pico profile whose console is ``gw``; ``up[0]`` False: replies are lost."""
+    from tests.portable import fwutil
+    from app import App
+    from boards import pico
+    from config import validate
+
+    cfg = validate({
+        "board": "pico", "device_id": 7,
+        "columns": [{"num": 1, "den": 1, "offset": 0, "raw_min": -1000, "raw_max": 1000,
+                     "delta_q": 50}] * 2,
+        "epsilon": "0.5", "centre": [0, 0], "window_records": 100, "window_cap": "100",
+        "period_ms": 0, "stimulus": rows, "ring_path": str(tmp_path / "ring.bin"),
+        "ledger_path": str(tmp_path / "ledger.bin")}, pico.PROFILE)
+    logs: list[str] = []
+
+    def write(data):
+        gw.feed(bytes(data))
+
+    def log(text):
+        logs.append(text)
+        gw.feed(text.encode() + b"\n")          # the same console as the framed lines
+
+    def read():
+        replies = gw.take_replies()
+        return replies if up[0] else b""
+
+    return App(cfg, pico.PROFILE, log, (write, read), fwutil.FakeClock(1000)), logs
+
+
+def _acking_gateway():
+    """A gateway whose broker acknowledges each publish as soon as it is made."""
+    pubs: list[tuple[str, bytes]] = []
+    holder: list[Gateway] = []
+
+    def publish(topic, payload):
+        pubs.append((topic, payload))
+        holder[0].acked(len(pubs))
+        return len(pubs)
+
+    gw = Gateway(7, publish, lambda s: None, idle_s=0.0)
+    holder.append(gw)
+    return gw, pubs
+
+
+def _stored(pubs):
+    """What the cloud keeps: readings by (device, boot, seq), corrections by token."""
+    readings = {wire.decode_reading(p)[:3]: p for t, p in pubs if t == "dpsense/readings/d7"}
+    corrections = {wire.decode_correction(p)[0]: p for t, p in pubs if t == "dpsense/corrections"}
+    return readings, corrections
+
+
+def test_the_pico_firmware_and_the_gateway_acknowledge_every_record_and_empty_the_ring(tmp_path):
+    gw, pubs = _acking_gateway()
+    app, logs = _pico_app(tmp_path, [[i, -i] for i in range(20)], gw, [True])
+    app.boot()
+    app.run()
+    app.ledger.close()
+    assert logs[-1] == "idle: all 20 records acknowledged (0 resent)"
+    assert app.ring.pending == 0 and gw.stats.replies == 20 and gw.stats.malformed == 0
+    readings, corrections = _stored(pubs)
+    assert len(readings) == len(corrections) == 20
+    assert sorted(k[2] for k in readings) == list(range(20))
+    boot = [json.loads(p) for t, p in pubs if t == "dpsense/status/d7"][0]
+    assert (boot["board"], boot["sensor"], boot["pending"]) == ("pico", "stimulus", 0)
+
+
+def test_records_the_gateway_never_acknowledged_are_resent_at_the_next_boot_and_stored_once(tmp_path):
+    gw, pubs = _acking_gateway()
+    up = [False]                                       # the answers to the polls are lost
+    app, logs = _pico_app(tmp_path, [[i, -i] for i in range(5)], gw, up)
+    app.boot()
+    app.run()
+    app.ledger.close()
+    assert logs[-1] == "idle: 5 records not acknowledged, kept for the next boot (20 resent)"
+    first = [p for t, p in pubs if t != "dpsense/status/d7"][:10]
+    gw2, pubs2 = _acking_gateway()
+    app2, logs2 = _pico_app(tmp_path, [[7, 7]], gw2, [True])
+    app2.boot()
+    app2.run()
+    app2.ledger.close()
+    assert " pending=5 dropped=0 sensor=stimulus" in logs2[0]
+    assert logs2[-1] == "idle: all 1 records acknowledged (5 resent)"
+    assert app2.ring.pending == 0
+    again = [p for t, p in pubs2 if t != "dpsense/status/d7"]
+    assert again[:10] == first                         # the stored bytes, not re-perturbed
+    readings, corrections = _stored(pubs + pubs2)
+    assert len(readings) == len(corrections) == 6

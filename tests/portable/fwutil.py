@@ -43,6 +43,9 @@ class FakeClock:
     def time(self):
         return self.ms // 1000
 
+    def ticks_us(self):
+        return self.ms * 1000
+
     def sleep_ms(self, ms):
         self.ms += ms
 

@@ -24,6 +24,7 @@ MODULES = (
     "tests.portable.test_fw_ledger",
     "tests.portable.test_fw_mqtt",
     "tests.portable.test_fw_uplink",
+    "tests.portable.test_fw_seriallink",
 )
 
 passed = failed = 0

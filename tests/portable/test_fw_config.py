@@ -1,7 +1,10 @@
 """firmware/config.py: one table of bad configs, each error naming its key."""
 from tests.portable import fwutil  # noqa: F401  (puts firmware/ on the path)
+from tests.portable.util import raises
 from config import ConfigError, validate
-from boards import unix, esp32, microbit
+from boards import unix, esp32, microbit, pico
+import boards
+import sensor
 
 UNIX = unix.PROFILE
 
@@ -83,6 +86,15 @@ BAD = (
     (_with(stimulus=_DROP), UNIX, "stimulus"),
     (_with(stimulus=[[1, 2], [3]]), UNIX, "stimulus[1]"),
     (_with(epsilion="0.5"), UNIX, "epsilion"),            # a typo is an unknown key
+    (_with(board=5), UNIX, "board"),
+    (_with(board=""), UNIX, "board"),
+    (_with(board="pico"), UNIX, "board"),                 # checked for another board
+    (_with(stimulus=[[1, 2], [3]], broker_password=_DROP), pico.PROFILE, "stimulus[1]"),
+    (_with(stimulus=7, broker_password=_DROP), pico.PROFILE, "stimulus"),
+    (_with(ring_bytes=100, broker_password=_DROP), pico.PROFILE, "ring_bytes"),
+    (_base(), pico.PROFILE, "broker_password"),           # the gateway holds it
+    (_with(broker_password=_DROP, broker_port=0), pico.PROFILE, "broker_port"),
+    (_with(broker_password=_DROP, broker_host=""), pico.PROFILE, "broker_host"),
     (_base(), esp32.PROFILE, "wifi_ssid"),
     (_with(wifi_ssid="x", columns=_base()["columns"] * 4, centre=[0] * 8), esp32.PROFILE, "columns"),
 )
@@ -124,3 +136,55 @@ def test_serial_boards_need_no_broker():
     cfg = _with(broker_host=_DROP, broker_password=_DROP, stimulus=_DROP)
     c = validate(cfg, microbit.PROFILE)
     assert "broker_host" not in c and "ring_path" not in c
+
+
+def _write(name, text):
+    p = fwutil.scratch(name)
+    f = open(p, "w")
+    f.write(text)
+    f.close()
+    return p
+
+
+def _json(d):
+    import json
+    return json.dumps(d)
+
+
+def _configure_error(text):
+    from app import configure
+    p = _write("board.json", text)
+    try:
+        return str(raises(ConfigError, configure, p))
+    finally:
+        fwutil.remove(p)
+
+
+def test_the_board_key_picks_the_profile_and_an_unknown_one_is_a_config_error():
+    assert boards.load("pico") is pico.PROFILE
+    assert validate(_with(board="unix"), UNIX)["board"] == "unix"
+    assert str(raises(ValueError, boards.load, "x")) == "unknown board 'x' (esp32, microbit, pico, pico_w, unix)"
+    assert _configure_error('{"board": "x", "device_id": 7}') == \
+        "board: unknown board 'x' (esp32, microbit, pico, pico_w, unix)"
+    assert _configure_error('{"board": 5, "device_id": 7}') == "board: must be a non-empty string"
+    assert _configure_error('{"board": "pico", "device_id": 0}').startswith("device_id: ")
+    from app import configure
+    cfg = _with(board="pico", broker_host=_DROP, broker_password=_DROP)
+    p = _write("board-ok.json", _json(cfg))
+    c, profile = configure(p)
+    fwutil.remove(p)
+    assert profile["name"] == "pico" and c["board"] == "pico" and c["stimulus"] == "readings.txt"
+
+
+def test_stimulus_replaces_the_adc_of_a_board_that_has_one():
+    rows = [[5, 6], [7, 8]]
+    c = validate(_with(broker_host=_DROP, broker_password=_DROP, stimulus=rows), pico.PROFILE)
+    assert c["stimulus"] == rows
+    s = sensor.make(pico.PROFILE, 2, c["stimulus"])
+    assert s.kind == "stimulus" and s.read() == [5, 6] and s.read() == [7, 8] and s.read() is None
+    c = validate(_with(broker_host=_DROP, broker_password=_DROP, stimulus=_DROP), pico.PROFILE)
+    assert "stimulus" not in c                           # the ADC, then
+    assert sensor.Analog.kind == "adc" and sensor.MicrobitAnalog.kind == "microbit"
+    # the Pico keeps its records in a ring until the gateway acknowledges them
+    assert (c["ring_path"], c["ring_records"], c["ring_bytes"]) == ("ring.bin", 64, 16384)
+    assert "broker_host" not in c

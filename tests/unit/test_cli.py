@@ -21,7 +21,10 @@ def test_perturb_summarises_a_window():
 @pytest.mark.parametrize("argv", [["perturb", "--epsilon", "-1"], ["perturb", "--epsilon", "abc"],
                                   ["perturb", "--n", "3"], ["perturb", "--shape", "ring"],
                                   ["demo", "--n", "10"], ["demo", "--epsilon", "0"],
-                                  ["demo", "--devices", "0"]])
+                                  ["demo", "--devices", "0"],
+                                  ["gateway", "--port", "/dev/null", "--device-id", "7",
+                                   "--broker-port", "0"],
+                                  ["ingest", "--role", "analyst", "--broker-port", "70000"]])
 def test_bad_arguments_are_rejected_clearly(argv, capsys):
     try:
         rc = cli.main(argv)

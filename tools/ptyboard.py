@@ -1,0 +1,738 @@
+"""A stand-in MicroPython board: the unix port behind a pseudo-terminal.
+
+    with PtyBoard("out/pico") as board:           # board.pty is e.g. /dev/pts/7
+        with RawRepl.open(board.pty) as repl:
+            repl.exec("print(1 + 1)")
+
+    python tools/ptyboard.py --dir out/pico       # until Ctrl-C; prints the pty
+
+Why: the serial rig and ``tools/flash.py`` (deploy, provision, verify, exec over
+``--port``) talk to ESP32 and RP2040 boards over their USB serial line, and CI has
+no such board. The stand-in behaves on its pty the way MicroPython v1.2x behaves on a
+board's USB serial, so the same host code runs against it unchanged.
+
+How: the pty a rig opens (``pty``, the "outer" one) is relayed by a thread to a second
+pty on which a ``micropython`` child process runs, with the board's folder as its
+working directory (its file system). The child's terminal keeps signal generation
+on, so Ctrl-C reaches running code as ``KeyboardInterrupt`` (also in ``time.sleep``
+and while reading ``sys.stdin``); the unix port switches the line to raw mode itself
+while its REPL reads input. The unix port is killed by a SIGINT that arrives while
+it has no handler (just before and after running code) or while the previous one is
+still pending, where a board just interrupts; so the relay holds such a Ctrl-C back
+for a moment (see ``PtyBoard._ctrl_c_safe``). Output line ends are made ``\\r\\n``
+as a board's are.
+
+What a board does and how it is reproduced:
+
+* Power-on, ``reset()``, ``power_cut()`` and ``machine.reset()``: a fresh child runs
+  ``boot.py`` and ``main.py`` if present (an exception, ``KeyboardInterrupt`` or
+  ``SystemExit`` there prints its traceback and ends in the REPL), then the friendly
+  REPL. RAM is lost, files are kept.
+* Soft reset (Ctrl-D at the ``>>>`` prompt or on an empty raw-REPL line,
+  ``sys.exit()``, ``machine.soft_reset()``): the unix port exits instead, so the
+  stand-in starts a new child and writes ``MPY: soft reboot\\r\\n`` as a board does.
+  From the friendly REPL the new child runs ``main.py``; from the raw REPL it does not
+  (ports only run ``main.py`` in friendly-REPL mode) and the line shows
+  ``raw REPL; CTRL-B to exit\\r\\n>`` once the child is in its raw REPL.
+* Raw REPL, raw exec and raw-paste mode are the unix port's own (window 128 bytes).
+* ``machine`` is the unix port's module plus ``reset()``, ``reset_cause()``,
+  ``unique_id()`` and ``freq()``; ``network.WLAN`` is connected as soon as
+  ``connect()`` was called, since the host's network stands in for the access point.
+  Both shims live in a directory of the stand-in's own, after the board's folder on
+  the module path, so the board's own files win.
+* Output while no one reads the pty is buffered up to ``OUTPUT_LIMIT`` bytes (plus the
+  kernel's pty buffer) and then dropped, so a board with no host attached never stalls.
+
+Not reproduced: USB re-enumeration after a reset (the pty stays open and valid
+throughout), Wi-Fi itself (association, signal, drop-outs), the ADC and other pins,
+flash write timing and wear, 32-bit floats (the unix port has doubles), the board's
+RAM and stack limits (``gc.mem_free()`` reports the unix heap), ``sys.platform``
+(``linux``, so firmware/boards picks the unix profile), and binary output: a bare
+``\\n`` byte written through ``sys.stdout.buffer`` also becomes ``\\r\\n``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import fcntl
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import termios
+import threading
+import time
+import tty
+from pathlib import Path
+from typing import Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tools.rawrepl import RAW_BANNER, RawRepl  # noqa: E402
+
+# machine.reset() ends the child with this signal; any other end of the child is a
+# soft reset, since that is what a board does where the unix port exits.
+RESET_SIGNAL = signal.SIGUSR1
+SOFT_REBOOT = b"MPY: soft reboot\r\n"
+# Least time between two Ctrl-C the child gets as signals (see _ctrl_c_safe).
+SIGINT_GAP = 0.25
+OUTPUT_LIMIT = 64 * 1024       # board output kept for a slow or absent reader
+INPUT_LIMIT = 256 * 1024       # host input kept while the board boots
+# Printed by the boot script once the interpreter handles Ctrl-C; never shown.
+_READY = b"\x1b]ptyboard-ready\x07"
+_FRIENDLY_MARK = b'Type "help()" for more information.'
+_RAW_MARK = b"raw REPL; CTRL-B to exit"
+_MAX_FAILED_BOOTS = 3
+
+# Runs as the child's script under ``micropython -i``: put the board's folder first on
+# the module path (running a script puts the script's own folder there), then boot.py
+# and main.py in __main__'s globals as a board does, each ending like a board's: a
+# traceback, then the REPL.
+_BOOT_SCRIPT = """\
+import sys as _pb_sys
+_pb_sys.path[0] = ''
+_pb_sys.argv.clear()
+_pb_sys.stdout.write(%r)
+
+
+def _pb_boot():
+    import os
+    names = ['boot.py']
+    if os.getenv('PTYBOARD_RUN_MAIN') != '0':
+        names.append('main.py')
+    for name in names:
+        try:
+            os.stat(name)
+        except OSError:
+            continue
+        try:
+            execfile(name, globals())
+        except SystemExit:
+            pass
+        except BaseException as e:
+            _pb_sys.print_exception(e)
+
+
+_pb_boot()
+del _pb_boot, _pb_sys
+""" % _READY.decode()
+
+_MACHINE_SHIM = """\
+# Stand-in board (tools/ptyboard.py): the unix port's machine module plus the calls
+# board firmware makes that the unix port lacks.
+from umachine import *
+
+PWRON_RESET = 1
+HARD_RESET = 2
+WDT_RESET = 3
+DEEPSLEEP_RESET = 4
+SOFT_RESET = 5
+_CAUSES = {'power': PWRON_RESET, 'hard': HARD_RESET, 'soft': SOFT_RESET}
+
+
+def reset():
+    # Ends the interpreter at once (a signal cannot be caught by Python code); the
+    # stand-in sees the signal and boots the board again with main.py.
+    import os
+    os.system('kill -%d $PPID')
+    while True:
+        pass
+
+
+def reset_cause():
+    import os
+    return _CAUSES.get(os.getenv('PTYBOARD_RESET') or 'power', PWRON_RESET)
+
+
+def unique_id():
+    return b'\\xe6\\x61\\x38\\x52\\x83\\x4d\\x2c\\x2a'
+
+
+def freq(hz=None):
+    if hz is None:
+        return 125000000
+""" % int(RESET_SIGNAL)
+
+_NETWORK_SHIM = """\
+# Stand-in board (tools/ptyboard.py): Wi-Fi is the host's network, so a station is
+# connected as soon as it was asked to connect.
+STA_IF = 0
+AP_IF = 1
+STAT_IDLE = 0
+STAT_CONNECTING = 1
+STAT_GOT_IP = 3
+
+
+_state = {}     # per interface, shared by every WLAN object of it, as on a board
+
+
+class WLAN:
+    def __init__(self, interface=STA_IF):
+        self._s = _state.setdefault(interface, {'active': False, 'ssid': None})
+
+    def active(self, on=None):
+        if on is None:
+            return self._s['active']
+        self._s['active'] = bool(on)
+        if not on:
+            self._s['ssid'] = None
+
+    def connect(self, ssid=None, key=None, *args, **kwargs):
+        self._s['active'] = True
+        self._s['ssid'] = ssid
+
+    def disconnect(self):
+        self._s['ssid'] = None
+
+    def isconnected(self):
+        return self._s['ssid'] is not None
+
+    def status(self, param=None):
+        if param == 'rssi':
+            return -50
+        return STAT_GOT_IP if self._s['ssid'] is not None else STAT_IDLE
+
+    def ifconfig(self, config=None):
+        if config is None:
+            return ('127.0.0.1', '255.0.0.0', '127.0.0.1', '127.0.0.1')
+
+    def config(self, *args, **kwargs):
+        if args in (('essid',), ('ssid',)):
+            return self._s['ssid'] or ''
+        if args == ('mac',):
+            return b'\\x02\\x00\\x00\\x00\\x00\\x01'
+        return None
+"""
+
+# Makes the child's pty its controlling terminal, so Ctrl-C becomes SIGINT for it, then
+# becomes the unix port (``subprocess`` has no option for the controlling terminal).
+_TRAMPOLINE = ("import fcntl, os, sys, termios\n"
+               "fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"
+               "os.execvp(sys.argv[1], sys.argv[1:])\n")
+
+_BOOTING, _RAW_WAIT, _RUNNING, _DOWN = "booting", "raw-wait", "running", "down"
+
+
+class BoardError(RuntimeError):
+    """The stand-in could not boot the unix port."""
+
+
+def _child_termios(fd: int) -> None:
+    """Terminal settings of the child's pty while its code runs.
+
+    Ctrl-C (and only Ctrl-C) raises a signal; input arrives byte by byte, unechoed and
+    untranslated, as from a board's USB serial; Ctrl-S/Ctrl-Q are plain bytes; output
+    is not translated here (the relay makes line ends ``\\r\\n``). The unix port saves
+    these settings and restores them after each REPL input.
+    """
+    attrs = termios.tcgetattr(fd)
+    attrs[0] &= ~(termios.BRKINT | termios.ICRNL | termios.INLCR | termios.IGNCR
+                  | termios.ISTRIP | termios.IXON | termios.IXOFF)
+    attrs[1] &= ~termios.OPOST
+    attrs[3] &= ~(termios.ICANON | termios.ECHO | termios.ECHONL | termios.IEXTEN)
+    attrs[3] |= termios.ISIG
+    cc = attrs[6]
+    for name in ("VQUIT", "VSUSP", "VDSUSP"):
+        if hasattr(termios, name):
+            cc[getattr(termios, name)] = b"\x00"
+    cc[termios.VINTR] = b"\x03"
+    cc[termios.VMIN] = 1
+    cc[termios.VTIME] = 0
+    termios.tcsetattr(fd, termios.TCSANOW, attrs)
+
+
+def _set_nonblocking(fd: int) -> None:
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+
+
+class PtyBoard:
+    """Context manager: the unix port in ``folder``, reachable as a board on ``pty``.
+
+    ``start()`` creates the pty and boots the board (returning once the interpreter
+    takes Ctrl-C); ``close()`` stops it. ``reset()`` presses the reset button and
+    ``power_cut()`` cuts the power (the child is killed with SIGKILL, mid-write if it
+    was writing); both boot again with ``main.py`` as ``machine.reset()`` does.
+
+    Attributes: ``pty`` (path to open), ``folder``, ``micropython`` (the binary),
+    ``boots`` (children started), ``last_reset`` ("power", "hard", "soft"),
+    ``raw_mode`` (the REPL mode last seen on the line), ``dropped`` (output bytes lost
+    while no one read the pty), ``events`` (one line per reset, for test logs).
+    """
+
+    def __init__(self, folder: str | Path, micropython: str | None = None,
+                 boot_timeout: float = 10.0) -> None:
+        self.folder = Path(folder)
+        self.micropython = micropython
+        self.boot_timeout = boot_timeout
+        self.pty: str | None = None
+        self.boots = 0
+        self.last_reset = "power"
+        self.raw_mode = False
+        self.dropped = 0
+        self.events: list[str] = []
+        self._outer = -1            # master of the pty the host opens
+        self._outer_slave = -1      # held open so the pty stays valid between hosts
+        self._inner = -1            # master of the child's pty
+        self._inner_slave = -1      # its terminal settings tell the REPL's mode
+        self._pidfd = -1            # readable once the child has ended
+        self._sigint_at = 0.0       # when a Ctrl-C last went to the child as SIGINT
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._state = _DOWN
+        self._boot_raw = False
+        self._seen = b""            # child output while booting
+        self._tail = b""            # last output bytes, for the mode markers
+        self._last_cr = False
+        self._to_host = bytearray()
+        self._to_child = bytearray()
+        self._failed_boots = 0
+        self._error: str | None = None
+        self._shim_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._lock = threading.Lock()
+        self._commands: list[tuple[str, threading.Event]] = []
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._wake_r = self._wake_w = -1
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> PtyBoard:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- life cycle -------------------------------------------------------------------
+
+    def start(self) -> PtyBoard:
+        """Create the pty, boot the board (power-on) and return once it is up."""
+        if self._thread is not None:
+            raise RuntimeError("the board is already running")
+        if not self.folder.is_dir():
+            raise BoardError("board folder %s does not exist" % self.folder)
+        if self.micropython is None:
+            from tools.deploy import micropython_binary
+            self.micropython = micropython_binary()
+        try:
+            self._shim_dir = tempfile.TemporaryDirectory(prefix="dpsense-ptyboard-")
+            shims = Path(self._shim_dir.name)
+            (shims / "machine.py").write_text(_MACHINE_SHIM)
+            (shims / "network.py").write_text(_NETWORK_SHIM)
+            (shims / "_ptyboard_boot.py").write_text(_BOOT_SCRIPT)
+            self._outer, self._outer_slave = os.openpty()
+            tty.setraw(self._outer_slave)
+            self.pty = os.ttyname(self._outer_slave)
+            _set_nonblocking(self._outer)
+            self._wake_r, self._wake_w = os.pipe()
+            self._boot(raw=False, cause="power")
+            self._thread = threading.Thread(target=self._relay, name="ptyboard-relay",
+                                            daemon=True)
+            self._thread.start()
+            self.wait_ready(self.boot_timeout)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Stop the relay and the child, and release the ptys and the shim folder."""
+        self._stop.set()
+        self._wake()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5.0)
+        self._thread = None
+        self._kill_child()
+        for name in ("_outer", "_outer_slave", "_wake_r", "_wake_w"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+        if self._shim_dir is not None:
+            self._shim_dir.cleanup()
+            self._shim_dir = None
+        self._state = _DOWN
+
+    @property
+    def pid(self) -> int | None:
+        """The current child's process id (it changes with every reset)."""
+        return self._proc.pid if self._proc else None
+
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self._error is None
+
+    @property
+    def error(self) -> str | None:
+        """Why the board stopped on its own (the unix port kept failing to boot), if it did."""
+        return self._error
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Return once the current boot has an interpreter that takes Ctrl-C (before
+        ``main.py``; in raw mode, once the raw REPL prompt is on the line)."""
+        limit = self.boot_timeout if timeout is None else timeout
+        if not self._ready.wait(limit):
+            raise BoardError("the unix port did not come up within %.1f s (state %s)%s"
+                             % (limit, self._state, ": " + self._error if self._error else ""))
+        if self._error:
+            raise BoardError(self._error)
+
+    def reset(self, timeout: float | None = None) -> None:
+        """Press the reset button: RAM lost, files kept, then ``main.py`` and the REPL."""
+        self._command("hard", timeout)
+
+    def power_cut(self, timeout: float | None = None) -> None:
+        """Cut the power: SIGKILL the child wherever it is (a file write is left as far
+        as it got), then boot as at power-on."""
+        self._command("power", timeout)
+
+    def repl(self, chunk_size: int = 256, pause: float = 0.01) -> RawRepl:
+        """A raw-REPL session on a new connection to ``pty`` (the pico/esp32 pacing)."""
+        if self.pty is None:
+            raise RuntimeError("the board is not running")
+        return RawRepl.open(self.pty, chunk_size=chunk_size, pause=pause)
+
+    # -- the relay thread -------------------------------------------------------------
+
+    def _wake(self) -> None:
+        if self._wake_w >= 0:
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:
+                pass
+
+    def _command(self, what: str, timeout: float | None) -> None:
+        if not self.running():
+            raise RuntimeError("the board is not running")
+        done = threading.Event()
+        with self._lock:
+            self._commands.append((what, done))
+        self._wake()
+        limit = self.boot_timeout if timeout is None else timeout
+        if not done.wait(limit):
+            raise BoardError("the relay did not restart the board within %.1f s" % limit)
+        self.wait_ready(limit)
+
+    def _relay(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._step()
+        except Exception as e:          # keep the reason for wait_ready()/running()
+            self._error = "relay stopped: %r" % e
+            self._ready.set()
+
+    def _step(self) -> None:
+        with self._lock:
+            commands, self._commands = self._commands, []
+        for what, done in commands:
+            self._kill_child()
+            self._boot(raw=False, cause=what)
+            done.set()
+        reads = [self._wake_r, self._outer]
+        writes = []
+        timeout = 0.2
+        if self._inner >= 0:
+            reads.append(self._inner)
+            if self._to_child and self._state == _RUNNING:
+                if self._to_child[:1] == b"\x03" and not self._ctrl_c_safe():
+                    timeout = 0.005         # held back a moment; see _ctrl_c_safe
+                else:
+                    writes.append(self._inner)
+        if self._pidfd >= 0:
+            reads.append(self._pidfd)
+        if self._to_host:
+            writes.append(self._outer)
+        readable, writable, _ = select.select(reads, writes, [], timeout)
+        if self._wake_r in readable:
+            os.read(self._wake_r, 64)
+        if self._outer in readable:
+            self._from_host()
+        if self._inner >= 0 and self._inner in readable:
+            self._from_child()
+        if self._inner >= 0 and self._inner in writable:
+            self._to_child_now()
+        if self._outer in writable:
+            self._to_host_now()
+        if self._proc is not None and self._proc.poll() is not None:
+            # The child has gone; show what it wrote last before booting again.
+            self._drain_child()
+            self._child_ended()
+
+    def _from_host(self) -> None:
+        try:
+            data = os.read(self._outer, 4096)
+        except OSError as e:
+            if e.errno in (errno.EAGAIN, errno.EIO):
+                return
+            raise
+        room = INPUT_LIMIT - len(self._to_child)
+        self._to_child += data[:max(room, 0)]
+
+    def _child_takes_signals(self) -> bool:
+        """Is the child running code (its pty turns Ctrl-C into SIGINT)?
+
+        The unix port turns signals off while its REPL reads input, and back on
+        (the settings of ``_child_termios``) while code runs.
+        """
+        try:
+            return bool(termios.tcgetattr(self._inner_slave)[3] & termios.ISIG)
+        except termios.error:
+            return False
+
+    def _ctrl_c_safe(self) -> bool:
+        """May a Ctrl-C go to the child now?
+
+        While the child runs code a Ctrl-C is a SIGINT, and the unix port dies of one
+        where a board would just interrupt: in the moments around an execution (after
+        ``OK``, after a program ends) SIGINT has its default action, and a second
+        SIGINT before the first was raised ends the process. So a Ctrl-C waits while
+        the port has no handler, and for ``SIGINT_GAP`` seconds after the previous
+        one; if the REPL reads input again meanwhile it gets the Ctrl-C as a plain
+        byte, as a board's REPL gets a second Ctrl-C.
+        """
+        if not self._child_takes_signals() or self._proc is None:
+            return True
+        if time.monotonic() - self._sigint_at < SIGINT_GAP:
+            return False
+        try:
+            with open("/proc/%d/status" % self._proc.pid) as f:
+                for line in f:
+                    if line.startswith("SigCgt:"):
+                        return bool(int(line.split()[1], 16) >> (signal.SIGINT - 1) & 1)
+        except (OSError, ValueError):
+            pass
+        return True
+
+    def _to_child_now(self) -> None:
+        if self._to_child[:1] == b"\x03":
+            data = b"\x03"
+            if self._child_takes_signals():
+                self._sigint_at = time.monotonic()
+        else:
+            data = bytes(self._to_child[:4096])
+            cut = data.find(b"\x03")
+            if cut > 0:                 # a Ctrl-C gets its own check
+                data = data[:cut]
+        try:
+            n = os.write(self._inner, data)
+        except OSError as e:
+            if e.errno in (errno.EAGAIN, errno.EIO):
+                return
+            raise
+        del self._to_child[:n]
+
+    def _to_host_now(self) -> None:
+        try:
+            n = os.write(self._outer, self._to_host[:4096])
+        except OSError as e:
+            if e.errno == errno.EAGAIN:
+                return
+            raise
+        del self._to_host[:n]
+
+    def _from_child(self) -> None:
+        try:
+            data = os.read(self._inner, 4096)
+        except OSError as e:
+            if e.errno == errno.EAGAIN:
+                return
+            if e.errno != errno.EIO:
+                raise
+            data = b""
+        if data:
+            self._child_output(data)
+
+    def _drain_child(self) -> None:
+        while self._inner >= 0 and select.select([self._inner], [], [], 0)[0]:
+            try:
+                data = os.read(self._inner, 4096)
+            except OSError:
+                break
+            if not data:
+                break
+            self._child_output(data)
+
+    def _child_output(self, data: bytes) -> None:
+        if self._state == _BOOTING:
+            self._seen += data
+            i = self._seen.find(_READY)
+            if i < 0:
+                self._seen = self._seen[-4096:]
+                return
+            data, self._seen = self._seen[i + len(_READY):], b""
+            self._failed_boots = 0
+            if self._boot_raw:
+                self._state = _RAW_WAIT
+                os.write(self._inner, b"\x01")
+            else:
+                self._state = _RUNNING
+                self._ready.set()
+        if self._state == _RAW_WAIT:
+            # The new child's own banner and friendly prompt are not shown: a board
+            # soft-reset in raw mode goes straight back to its raw REPL.
+            self._seen += data
+            i = self._seen.find(RAW_BANNER)
+            if i < 0:
+                self._seen = self._seen[-4096:]
+                return
+            data, self._seen = self._seen[i:], b""
+            self._state = _RUNNING
+            self._ready.set()
+        self._show(data)
+
+    def _show(self, data: bytes) -> None:
+        """Queue child output for the host: mode markers noted, line ends made CRLF."""
+        if not data:
+            return
+        window = self._tail + data
+        raw_at, friendly_at = window.rfind(_RAW_MARK), window.rfind(_FRIENDLY_MARK)
+        if raw_at >= 0 or friendly_at >= 0:
+            self.raw_mode = raw_at > friendly_at
+        self._tail = window[-64:]
+        out = bytearray()
+        start = 0
+        while True:
+            i = data.find(b"\n", start)
+            if i < 0:
+                out += data[start:]
+                break
+            prev_cr = data[i - 1:i] == b"\r" if i > 0 else self._last_cr
+            out += data[start:i] + (b"\n" if prev_cr else b"\r\n")
+            start = i + 1
+        self._last_cr = data.endswith(b"\r")
+        self._host(bytes(out))
+
+    def _host(self, data: bytes) -> None:
+        room = OUTPUT_LIMIT - len(self._to_host)
+        if len(data) > room:
+            self.dropped += len(data) - max(room, 0)
+            data = data[:max(room, 0)]
+        self._to_host += data
+
+    # -- children ---------------------------------------------------------------------
+
+    def _boot(self, raw: bool, cause: str) -> None:
+        """Start a child: ``raw`` boots into the raw REPL without ``main.py``."""
+        assert self._shim_dir is not None and self.micropython is not None
+        self._ready.clear()
+        self._close_inner()
+        master, slave = os.openpty()
+        try:
+            _child_termios(slave)
+            shims = self._shim_dir.name
+            env = dict(os.environ,
+                       MICROPYPATH=os.pathsep.join(["", ".frozen", shims]),
+                       PTYBOARD_RESET=cause, PTYBOARD_RUN_MAIN="0" if raw else "1")
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", _TRAMPOLINE, self.micropython, "-i",
+                 os.path.join(shims, "_ptyboard_boot.py")],
+                stdin=slave, stdout=slave, stderr=slave, cwd=self.folder, env=env,
+                start_new_session=True, close_fds=True)
+        except BaseException:
+            os.close(master)
+            os.close(slave)
+            raise
+        _set_nonblocking(master)
+        self._inner = master
+        self._inner_slave = slave
+        try:
+            self._pidfd = os.pidfd_open(self._proc.pid)
+        except (AttributeError, OSError):
+            self._pidfd = -1
+        self._state = _BOOTING
+        self._boot_raw = raw
+        self._seen = b""
+        self._last_cr = False
+        self.boots += 1
+        self.last_reset = cause
+        self.raw_mode = raw
+        self.events.append("boot %d: %s%s" % (self.boots, cause, " (raw REPL)" if raw else ""))
+
+    def _child_ended(self) -> None:
+        assert self._proc is not None
+        status = self._proc.wait()
+        self._proc = None
+        self._close_inner()
+        if self._state in (_BOOTING, _RAW_WAIT):
+            self._failed_boots += 1
+            if self._failed_boots >= _MAX_FAILED_BOOTS:
+                self._error = ("the unix port (%s) exited during boot %d times (status %s); "
+                               "its output: %r" % (self.micropython, self._failed_boots,
+                                                   status, self._seen[-300:]))
+                self._state = _DOWN
+                self._ready.set()
+                self._stop.set()
+                return
+        if status in (-RESET_SIGNAL, 128 + RESET_SIGNAL):   # the latter via a shell wrapper
+            self._boot(raw=False, cause="hard")
+            return
+        # Anything else is where a board soft-resets: Ctrl-D, sys.exit(), a crash.
+        self.events[-1] += "; ended with status %s" % status
+        self._host(SOFT_REBOOT)
+        self._boot(raw=self.raw_mode, cause="soft")
+
+    def _close_inner(self) -> None:
+        for name in ("_inner", "_inner_slave", "_pidfd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+
+    def _kill_child(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                proc.kill()
+            proc.wait()
+        self._close_inner()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ptyboard.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run the MicroPython unix port as a stand-in board on a pseudo-terminal, "
+        "with FOLDER as its file system, until Ctrl-C.",
+        epilog="examples:\n"
+        "  python tools/ptyboard.py --dir out/pico\n"
+        "  python tools/flash.py deploy --board pico --port /dev/pts/N --check   # N as printed\n"
+        "  python -m pytest hil_tests --rig serial --board pico --port /dev/pts/N")
+    p.add_argument("--dir", required=True, metavar="FOLDER",
+                   help="the board's file system (created if missing)")
+    p.add_argument("--micropython", metavar="PATH",
+                   help="the unix port binary (default: found as tools/deploy.py finds it)")
+    return p
+
+
+def serve(folder: str | Path, micropython: str | None = None) -> int:
+    """Run a stand-in board until Ctrl-C or SIGTERM, reporting its pty on stdout."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with PtyBoard(folder, micropython) as board:
+        print("stand-in board (MicroPython unix port) on %s, files in %s" % (board.pty, folder))
+        print("  python tools/flash.py deploy --board pico --port %s --check" % board.pty)
+        sys.stdout.flush()
+        while board.running():
+            time.sleep(0.5)
+        print("ptyboard: %s" % (board.error or "the relay stopped"), file=sys.stderr)
+        return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return serve(args.dir, args.micropython)
+    except KeyboardInterrupt:
+        return 130
+    except (BoardError, RuntimeError, OSError) as e:
+        print("ptyboard: %s" % e, file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
