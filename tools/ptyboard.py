@@ -58,7 +58,6 @@ import errno
 import fcntl
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
