@@ -7,9 +7,9 @@
         link.service()         # polls, reads answers, acknowledges, resends; never blocks
 
 Each released record goes into the ring (flash) before its two framed lines are
-written. While records are pending the board polls the gateway with the line ``!32``
+written. While records are pending the board polls the gateway with the line ``!12``
 (every ``POLL_MS``, and at once after sending); the gateway answers with lines
-``!<token hex>`` (at most 32) for records the broker has (both messages), then ``!``. Such a line
+``!<token hex>`` (at most 12) for records the broker has (both messages), then ``!``. Such a line
 acknowledges both parts of that record in the ring. After ``QUIET`` polls in a row
 that acknowledged nothing (answered or not), every pending record is written again,
 its stored bytes: same noise, same token; the cloud stores each record once. At boot
@@ -31,9 +31,10 @@ POLL_MS = 300      # between polls, and how long an answer may take
 QUIET = 8          # polls in a row that acknowledged nothing before a resend
 DRAIN = 4          # resend rounds the end of a stimulus waits through
 _ACK_LINE = 17     # "!" and 16 hex digits
-# A poll that asks for up to 32 acknowledgements (docs/protocol.md 2.1): unlike the
-# micro:bit's UART, USB serial and the ESP32's UART buffers hold the 580-byte answer.
-_POLL = b"!32\n"
+# A poll asks for up to ACKS acknowledgements (docs/protocol.md 2.1): 12 x 18 bytes and
+# the end line fit the ~256-byte stdin buffer of the ESP32 and RP2040 ports.
+ACKS = 12
+_POLL = b"!12\n"     # ACKS
 
 
 def token_hex(reading):
@@ -140,6 +141,8 @@ class SerialLink:
 
     def _answered(self):
         self._quiet = 0 if self._got else self._quiet + 1
+        if self._got >= ACKS:
+            self._due = self.clock.ticks_ms()     # a full answer: more may be waiting
         self._asked = None
 
     def _resend(self):

@@ -1,12 +1,12 @@
 """firmware/seriallink.py and app.py on a serial board: ring, framed lines, polls, acks, resends."""
 from tests.portable import fwutil
 from ring import Ring
-from seriallink import DRAIN, POLL_MS, QUIET, SerialLink, token_hex
+from seriallink import ACKS, DRAIN, POLL_MS, QUIET, SerialLink, token_hex
 from config import validate
 from app import App
 from boards import pico
 
-POLL = b"!32"     # the poll line of a board with room for 32 acknowledgements (docs/protocol.md 2.1)
+POLL = b"!12"     # the poll line of a board with room for 12 acknowledgements (docs/protocol.md 2.1)
 
 try:
     from shared_protocol import wire
@@ -59,8 +59,8 @@ class AckAll:
         if line == POLL:
             if self.mute:
                 return b""
-            out = b"".join(b"!" + t + b"\n" for t in self.ready[:32]) + b"!\n"
-            self.ready = self.ready[32:]
+            out = b"".join(b"!" + t + b"\n" for t in self.ready[:12]) + b"!\n"
+            self.ready = self.ready[12:]
             return out
         if line[:1] == b"~":
             payload = unframe(line)
@@ -143,6 +143,30 @@ def _quiet_polls(link, clock, con, answered):
                 con.feed(b"!\n")
         clock.ms += 50
     raise AssertionError("no resend")
+
+
+def test_a_full_answer_is_followed_by_the_next_poll_at_once_a_partial_one_waits():
+    p = fwutil.scratch("sl7")
+    con = Console()
+    ring, clock, link = _link(p, con, records=32)
+    recs = [_rec(i) for i in range(ACKS + 3)]
+    for rc in recs:
+        link.send(*rc)
+    link.service()
+    assert con.lines().count(POLL) == 1
+    con.feed(b"".join(b"!" + token_hex(r) + b"\n" for r, _ in recs[:ACKS]) + b"!\n")
+    link.service()                                  # a full answer: the next poll goes out now
+    link.service()
+    assert ring.pending == 3 and con.lines().count(POLL) == 2
+    con.feed(b"!" + token_hex(recs[ACKS][0]) + b"\n!\n")
+    link.service()
+    link.service()
+    assert ring.pending == 2 and con.lines().count(POLL) == 2     # partial: waits POLL_MS
+    clock.ms += POLL_MS
+    link.service()
+    assert con.lines().count(POLL) == 3
+    ring.close()
+    fwutil.remove(p)
 
 
 def test_after_quiet_polls_every_pending_record_is_written_again_byte_for_byte():
