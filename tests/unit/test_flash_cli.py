@@ -214,15 +214,16 @@ def test_all_on_the_unix_port_then_verify_finds_a_changed_file(tmp_path, capsys)
     assert "MISMATCH" not in out and "config.json" in out and "sha256 matches" in out
     cfg = json.loads((board / "config.json").read_text())
     assert cfg["broker_password"] == (data / "broker" / "credentials" / "d7").read_text().strip()
-    assert (board / "boards" / "unix.py").is_file()
+    # the unix port imports mpy-cross's output: modules as .mpy, main.py a source
+    assert (board / "boards" / "unix.mpy").is_file() and (board / "main.py").is_file()
     rc, out, err = run(capsys, "verify", "--board", "unix", "--port", str(board),
                        "--config", str(board / "config.json"))
     assert rc == 0, err
-    (board / "shared_protocol" / "noise.py").write_text("# changed\n")
-    (board / "node.py").unlink()
+    (board / "shared_protocol" / "noise.mpy").write_bytes(b"M\x06changed")
+    (board / "node.mpy").unlink()
     rc, out, err = run(capsys, "verify", "--board", "unix", "--port", str(board))
     assert rc == 1
-    assert "shared_protocol/noise.py: board sha256" in out and "node.py: missing" in out
+    assert "shared_protocol/noise.mpy: board sha256" in out and "node.mpy: missing" in out
     assert "2 file(s) differ" in err
 
 
