@@ -3,6 +3,7 @@ from tests.portable import fwutil
 from ring import Ring
 from mqtt import MQTTClient
 from uplink import CORRECTIONS, Uplink, record_pid
+from net import WifiLink
 
 CONNACK = b"\x20\x02\x00\x00"
 
@@ -193,5 +194,83 @@ def test_a_broker_that_drops_us_before_any_ack_is_retried_with_backoff():
     op.socks[1].hang_up()
     up.service()
     assert not up.up and up._retry_at == clock.ms
+    ring.close()
+    fwutil.remove(p)
+
+
+class _Network:
+    """A ``network`` module whose access point can go away: ``WLAN.connect`` associates
+    only while ``ap`` is True, and losing the AP drops the association."""
+
+    STA_IF = 0
+
+    def __init__(self):
+        self.ap = True
+        self.associated = False
+        self.connects = 0
+        net = self
+
+        class WLAN:
+            def __init__(self, interface):
+                pass
+
+            def active(self, on=None):
+                return True
+
+            def connect(self, ssid, password):
+                net.connects += 1
+                net.associated = net.ap
+
+            def isconnected(self):
+                return net.associated
+
+        self.WLAN = WLAN
+
+    def lose_ap(self):
+        self.ap = False
+        self.associated = False
+
+
+def test_wifi_loss_holds_records_and_reconnects_wifi_then_the_broker():
+    p = fwutil.scratch("up8")
+    clock = fwutil.FakeClock(1000)
+    ring = Ring(p, 30, 16, 1 << 20)
+    net = _Network()
+    link = WifiLink("lab", "pw", 1000, net, clock)
+    op = _Opener()
+    logs = []
+    up = Uplink(MQTTClient("dpsense-d7", "d7", "pw", 60, clock=clock), ring, op,
+                b"dpsense/readings/d7", b"dpsense/status/d7", clock, fwutil.RandomBits(), 8, 5000,
+                250, 2000, link, logs.append)
+    ring.put(*_rec(0))
+    up.service()
+    assert up.up and net.connects == 1 and len(op.socks) == 1
+    op.socks[0].feed(_puback(record_pid(0, 0)) + _puback(record_pid(0, 1)))
+    up.service()
+    ring.put(*_rec(1))
+    up.service()                              # record 1 out, not acknowledged
+    net.lose_ap()
+    op.socks[0].hang_up()
+    up.service()
+    assert not up.up
+    for i in (2, 3):
+        ring.put(*_rec(i))                    # sampling goes on meanwhile
+    for _ in range(3):                        # each retry: Wi-Fi first, which times out
+        clock.ms = max(clock.ms, up._retry_at)
+        up.service()
+    assert not up.up and len(op.socks) == 1   # no broker connection tried without Wi-Fi
+    failed = [m for m in logs if m.startswith("mqtt: connect failed (OSError Wi-Fi 'lab'")]
+    assert len(failed) == 3, logs
+    assert ring.pending == 3
+    net.ap = True
+    clock.ms = max(clock.ms, up._retry_at)
+    up.service()
+    assert up.up and len(op.socks) == 2
+    again = [x for x in _packets(op.socks[1].tx) if x[0] == 0x30]
+    assert [(x[1], x[3]) for x in again] == [
+        (True, record_pid(1, 0)), (True, record_pid(1, 1)),      # resent, same ids, DUP
+        (False, record_pid(2, 0)), (False, record_pid(2, 1)),
+        (False, record_pid(3, 0)), (False, record_pid(3, 1))]
+    assert again[0][4] == _rec(1)[0]
     ring.close()
     fwutil.remove(p)
