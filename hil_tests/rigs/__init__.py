@@ -7,7 +7,11 @@ timeout_s)``, ``exec(code)``, ``stop()``, ``reset()`` and ``close()``, plus ``cl
 """
 from __future__ import annotations
 
+import re
+import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 
 class RigError(AssertionError):
@@ -50,3 +54,37 @@ def skip_reason(board: str, test: str) -> str | None:
     if BOARDS[board].transport == "serial" and test in NO_NETWORK:
         return NO_NETWORK[test] % board
     return None
+
+
+def read_from(path: Path, pos: int) -> str:
+    """The text of the log ``path`` from byte ``pos`` ("" while it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(pos)
+            return f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def wait_in_log(path: Path, pos: int, pattern: str, timeout_s: float,
+                stopped: Callable[[], str | None], where: str) -> tuple[re.Match[str], int]:
+    """Wait for the regex ``pattern`` in the log ``path`` after byte ``pos``: the match and the
+    position after it. ``stopped()`` says which process ended (no more text can come) or
+    None; ``where`` names the logs in the failure text."""
+    rx = re.compile(pattern)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ended = stopped()                  # before reading: its last words count
+        text = read_from(path, pos)
+        m = rx.search(text)
+        if m:
+            return m, pos + len(text[:m.end()].encode())
+        if ended:
+            raise RigError("%s before %r appeared (%s)\n%s" % (ended, pattern, where, tail(text)))
+        if time.monotonic() > deadline:
+            raise RigError("no %r within %.0f s (%s)\n%s" % (pattern, timeout_s, where, tail(text)))
+        time.sleep(0.02)

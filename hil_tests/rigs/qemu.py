@@ -26,7 +26,6 @@ is what ``expect`` reads.
 from __future__ import annotations
 
 import re
-import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -50,12 +49,9 @@ class QemuRig(TapRig):
         super().__init__(workdir, board, cloud)
         self.profile = FLASH_BOARDS["qemu-microbit"]
         self.qemu: QemuMicrobit | None = None
-        self.repl = None
         self.mem_free_after_import: int | None = None
         self.mem_free_at_boot: int | None = None
         self.deploy_log: list[str] = []
-        self._tap: threading.Thread | None = None
-        self._tap_stop = threading.Event()
         self._rows: list[bytes] = []
         self._exit: int | None = None
 
@@ -118,9 +114,7 @@ class QemuRig(TapRig):
 
     def _run_node(self) -> None:
         rest = boot_microbit_node(self._board())     # as `tools/flash.py all` starts it
-        self._tap_stop.clear()
-        self._tap = threading.Thread(target=self._pump, args=(rest, list(self._rows)), daemon=True)
-        self._tap.start()
+        self._start_tap(self._pump, rest, list(self._rows))
 
     def _pump(self, first: bytes, rows: list[bytes]) -> None:
         """Device -> capture + gateway pty; each ``?`` line of the device -> the next row;
@@ -155,22 +149,6 @@ class QemuRig(TapRig):
                 break
         self._flush_to_gateway(pending)
 
-    def _stop_tap(self) -> None:
-        if self._tap is not None:
-            self._tap_stop.set()
-            self._tap.join(5)
-            self._tap = None
-            self._save_capture()
-
-    def _idle(self) -> None:
-        """Stop the firmware run and the gateway (if any); the board is at its raw prompt."""
-        if self._tap is None and self.gateway is None:
-            return
-        self._stop_tap()
-        if self.repl is not None:
-            self.repl.enter()
-        self._stop_gateway()
-
     def _seen(self, text: str) -> None:
         if self.mem_free_at_boot is None:
             b = re.search(r"boot ok: .* mem_free=(\d+)", text)
@@ -182,10 +160,6 @@ class QemuRig(TapRig):
         if self._exit is None:
             raise RigError("the node is running (log: %s)" % self.log_path)
         return self._exit
-
-    def exec(self, code: str, timeout_s: float = 30.0) -> str:
-        self._idle()
-        return self._board().exec(code, timeout_s)
 
     def reset(self) -> None:
         """Reset button mid-run (RAM lost, flash kept), then the board boots as it does
@@ -204,15 +178,10 @@ class QemuRig(TapRig):
         assert self.qemu is not None
         self.qemu.reset()
 
-    def stop(self) -> None:
-        self._idle()
-
     def close(self) -> None:
         try:
-            self._idle()
+            super().close()
         finally:
             if self.qemu is not None:
                 self.qemu.close()
                 self.qemu = None
-                self.repl = None
-

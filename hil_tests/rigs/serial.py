@@ -43,7 +43,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-import threading
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -96,14 +95,6 @@ class SerialRig(QemuRig):
         self.repl.exec_start("import microbit\nmicrobit.reset()")
         time.sleep(1.0)             # the board reboots; enter() then finds its prompt
 
-    def close(self) -> None:
-        try:
-            self._idle()
-        finally:
-            if self.repl is not None:
-                self.repl.close()
-                self.repl = None
-
 
 class FirmwareRig(TapRig):
     """ESP32, Pico W or Pico running firmware/app.py, on ``port``."""
@@ -125,11 +116,8 @@ class FirmwareRig(TapRig):
         self.tls_host = tls_hostname(broker_host)
         self.wifi = wifi
         self.reopen_s = reopen_s
-        self.repl: RawRepl | None = None
         self.deploy_log: list[str] = []
         self.written: list[str] = []
-        self._tap: threading.Thread | None = None
-        self._tap_stop = threading.Event()
         self._run_from = 0          # capture offset where the current run began
         self.account = (0, "")      # (device id, broker password) of the last config()
 
@@ -215,12 +203,7 @@ class FirmwareRig(TapRig):
                 self._pos = log.tell()
         with self._serial_lock:
             self._run_from = len(self._serial)
-        self._tap_from(repl.exec_start(RUN))
-
-    def _tap_from(self, first: bytes) -> None:
-        self._tap_stop.clear()
-        self._tap = threading.Thread(target=self._pump, args=(first,), daemon=True)
-        self._tap.start()
+        self._start_tap(self._pump, repl.exec_start(RUN))
 
     def _pump(self, first: bytes) -> None:
         """Board -> capture, and the log (MQTT boards) or the gateway (a Pico); the
@@ -257,22 +240,6 @@ class FirmwareRig(TapRig):
                     data = b""
         self._flush_to_gateway(pending)
 
-    def _stop_tap(self) -> None:
-        if self._tap is not None:
-            self._tap_stop.set()
-            self._tap.join(5)
-            self._tap = None
-            self._save_capture()
-
-    def _idle(self) -> None:
-        """Stop the firmware (Ctrl-C) and the gateway; the board is at its raw prompt."""
-        if self._tap is None and self.gateway is None:
-            return
-        self._stop_tap()
-        if self.repl is not None:
-            self.repl.enter()
-        self._stop_gateway()
-
     def wait_exit(self, timeout_s: float = 10.0) -> int:
         """The exit status of the firmware started by ``start``: 2 after a config error."""
         deadline = time.monotonic() + timeout_s
@@ -287,10 +254,6 @@ class FirmwareRig(TapRig):
                                % (timeout_s, self.serial_path))
             time.sleep(0.05)
 
-    def exec(self, code: str, timeout_s: float = 30.0) -> str:
-        self._idle()
-        return self._board().exec(code, timeout_s)
-
     def reset(self) -> None:
         """Reset mid-run: Ctrl-C, ``machine.reset()``, the port reopened; main.py then runs
         the firmware on the same files, as at power-up. The gateway keeps running."""
@@ -300,18 +263,7 @@ class FirmwareRig(TapRig):
         assert self.repl is not None
         self.repl.enter()
         self.repl.exec_start("import machine\nmachine.reset()")
-        self._tap_from(b"")          # the tap reopens a port that goes away meanwhile
-
-    def stop(self) -> None:
-        self._idle()
-
-    def close(self) -> None:
-        try:
-            self._idle()
-        finally:
-            if self.repl is not None:
-                self.repl.close()
-                self.repl = None
+        self._start_tap(self._pump, b"")    # the tap reopens a port that goes away meanwhile
 
 
 def relay_bind(broker_host: str) -> str:

@@ -19,9 +19,9 @@ import threading
 import time
 import tty
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from . import RigError
+from . import wait_in_log
 from .cloud import ROOT, CloudSide
 
 
@@ -36,10 +36,54 @@ class TapRig:
         self.log_path = self.dir / "console.log"
         self.serial_path = self.dir / "serial.bin"    # every byte the device sent
         self.gateway: subprocess.Popen[bytes] | None = None
+        self.repl: Any = None                         # the board's RawRepl, once opened
+        self._tap: threading.Thread | None = None
+        self._tap_stop = threading.Event()
         self._serial = bytearray()
         self._serial_lock = threading.Lock()
         self._master = self._slave = -1
         self._pos = 0
+
+    # -- the board and the tap thread -------------------------------------------------------
+    def _board(self) -> Any:
+        """The board's RawRepl, opened (and at its raw prompt) on first use."""
+        raise NotImplementedError
+
+    def _start_tap(self, target: Callable[..., None], *args: Any) -> None:
+        self._tap_stop.clear()
+        self._tap = threading.Thread(target=target, args=args, daemon=True)
+        self._tap.start()
+
+    def _stop_tap(self) -> None:
+        if self._tap is not None:
+            self._tap_stop.set()
+            self._tap.join(5)
+            self._tap = None
+            self._save_capture()
+
+    def _idle(self) -> None:
+        """Stop the firmware (Ctrl-C) and the gateway; the board is at its raw prompt."""
+        if self._tap is None and self.gateway is None:
+            return
+        self._stop_tap()
+        if self.repl is not None:
+            self.repl.enter()
+        self._stop_gateway()
+
+    def exec(self, code: str, timeout_s: float = 30.0) -> str:
+        self._idle()
+        return self._board().exec(code, timeout_s)
+
+    def stop(self) -> None:
+        self._idle()
+
+    def close(self) -> None:
+        try:
+            self._idle()
+        finally:
+            if self.repl is not None:
+                self.repl.close()
+                self.repl = None
 
     # -- capture ---------------------------------------------------------------------------
     def _capture(self, data: bytes) -> None:
@@ -124,30 +168,11 @@ class TapRig:
 
     def expect(self, pattern: str, timeout_s: float = 10.0) -> re.Match[str]:
         """Wait for ``pattern`` (a regex) in the log since the last match."""
-        rx = re.compile(pattern)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            text = self._read_from(self._pos)
-            m = rx.search(text)
-            if m:
-                self._pos += len(text[:m.end()].encode())
-                self._seen(text[:m.end()])
-                return m
-            if self.gateway is not None and self.gateway.poll() is not None:
-                raise RigError("gateway exited with %s before %r appeared (log: %s)\n%s"
-                               % (self.gateway.returncode, pattern, self.log_path, tail(text)))
-            if time.monotonic() > deadline:
-                raise RigError("no %r within %.0f s (log: %s, serial: %s)\n%s"
-                               % (pattern, timeout_s, self.log_path, self.serial_path, tail(text)))
-            time.sleep(0.02)
-
-    def _read_from(self, pos: int) -> str:
-        if not self.log_path.exists():
-            return ""
-        with open(self.log_path, "rb") as f:
-            f.seek(pos)
-            return f.read().decode(errors="replace")
-
-
-def tail(text: str, lines: int = 15) -> str:
-    return "\n".join(text.splitlines()[-lines:])
+        def stopped() -> str | None:
+            g = self.gateway
+            return None if g is None or g.poll() is None else "gateway exited with %s" % g.returncode
+        m, end = wait_in_log(self.log_path, self._pos, pattern, timeout_s, stopped,
+                             "log: %s, serial: %s" % (self.log_path, self.serial_path))
+        self._seen(self.log_path.read_bytes()[self._pos:end].decode(errors="replace"))
+        self._pos = end
+        return m

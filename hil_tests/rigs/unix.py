@@ -14,14 +14,13 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from tools.flash import BOARDS as FLASH_BOARDS
 from tools.flash import FIRMWARE_DIR, deploy_folder, micropython_binary, plan, resolve_sources
 
-from . import RigError
+from . import RigError, wait_in_log
 from .cloud import CloudSide
 
 
@@ -88,31 +87,12 @@ class UnixRig:
 
     def expect(self, pattern: str, timeout_s: float = 10.0) -> re.Match[str]:
         """Wait for ``pattern`` (a regex) in the console since the last match or boot."""
-        rx = re.compile(pattern)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            text = self._read_from(self._pos)
-            m = rx.search(text)
-            if m:
-                self._pos += len(text[:m.end()].encode())
-                return m
-            if self.proc is not None and self.proc.poll() is not None:
-                text = self._read_from(self._pos)
-                m = rx.search(text)
-                if m:
-                    self._pos += len(text[:m.end()].encode())
-                    return m
-                raise RigError("firmware exited with %s before printing %r (log: %s)\n%s"
-                               % (self.proc.returncode, pattern, self.log_path, _tail(text)))
-            if time.monotonic() > deadline:
-                raise RigError("no %r within %.0f s (log: %s)\n%s"
-                               % (pattern, timeout_s, self.log_path, _tail(text)))
-            time.sleep(0.02)
-
-    def _read_from(self, pos: int) -> str:
-        with open(self.log_path, "rb") as f:
-            f.seek(pos)
-            return f.read().decode(errors="replace")
+        def stopped() -> str | None:
+            p = self.proc
+            return None if p is None or p.poll() is None else "firmware exited with %s" % p.returncode
+        m, self._pos = wait_in_log(self.log_path, self._pos, pattern, timeout_s, stopped,
+                                   "log: %s" % self.log_path)
+        return m
 
     def wait_exit(self, timeout_s: float = 10.0) -> int:
         assert self.proc is not None
@@ -152,6 +132,3 @@ class UnixRig:
     def close(self) -> None:
         self.stop()
 
-
-def _tail(text: str, lines: int = 15) -> str:
-    return "\n".join(text.splitlines()[-lines:])
