@@ -29,9 +29,11 @@ ESP32, Pico W, Pico (``FirmwareRig``): the full firmware (firmware/app.py).
   listens on ``--broker-host`` (an address of this machine the board can reach). A Pico's
   console is its record line: the tap hands it to ``dpsense gateway`` on a pty and
   passes the gateway's acknowledgements back (docs/protocol.md 2.1).
-* ``reset()`` interrupts the firmware (Ctrl-C) and sends ``machine.reset()``; the tap
-  reopens the port if it goes away (a Pico's USB serial does while it reboots). The
-  board boots as on power-up, main.py running the firmware on the same files.
+* ``reset()`` interrupts the firmware (Ctrl-C) and resets the board: ``machine.reset()``
+  on an ESP32, a soft reset on a Pico or Pico W, whose USB serial would drop the boot
+  lines while it re-enumerates (``USB_CDC``). Either way RAM is lost, the files are kept,
+  and main.py runs the firmware on them, as at power-up; the tap reopens a port that
+  goes away.
 
 ``--stand-in`` replaces the board by tools/ptyboard.py: the MicroPython unix port behind a
 pseudo-terminal, answering the raw REPL, soft and hard resets like a board. It runs this
@@ -59,6 +61,12 @@ from .tap import TapRig
 
 # Files a test leaves on a board with folders, removed before the next test's deploy.
 STATE_FILES = ("config.json", "stimulus.txt", "ring.bin", "ledger.bin", "ca.der", "other-ca.der")
+
+# Boards whose console is the RP2040's own USB serial. MicroPython drops what it prints
+# while no host holds that port, and machine.reset() takes the port away for a second or
+# two, so the boot lines after a hard reset would be lost; the rig resets these boards
+# with a soft reset (RAM lost, files kept, main.py run), which keeps USB up.
+USB_CDC = ("pico", "pico_w")
 
 # Run in the raw REPL by start(): main.py's call, with its exit status made visible
 # (a SystemExit at the raw REPL would soft-reset a board and hide it).
@@ -255,14 +263,19 @@ class FirmwareRig(TapRig):
             time.sleep(0.05)
 
     def reset(self) -> None:
-        """Reset mid-run: Ctrl-C, ``machine.reset()``, the port reopened; main.py then runs
-        the firmware on the same files, as at power-up. The gateway keeps running."""
+        """Reset mid-run: Ctrl-C, then ``machine.reset()`` (ESP32: its USB-UART bridge keeps
+        the port) or a soft reset (Pico, Pico W: see ``USB_CDC``); main.py then runs the
+        firmware on the same files, as at power-up. The gateway keeps running."""
         if self._tap is None:
             raise RigError("reset: the firmware is not running")
         self._stop_tap()
         assert self.repl is not None
         self.repl.enter()
-        self.repl.exec_start("import machine\nmachine.reset()")
+        if self.board in USB_CDC:
+            self.repl.exit()
+            self.repl.transport.write(b"\x04")      # Ctrl-D at >>>: soft reboot, main.py
+        else:
+            self.repl.exec_start("import machine\nmachine.reset()")
         self._start_tap(self._pump, b"")    # the tap reopens a port that goes away meanwhile
 
 
