@@ -1,0 +1,101 @@
+"""`tools/flash.py all --board pico` then `dpsense gateway` on the same port: readings reach
+the database, on the stand-in board (tools/ptyboard.py) in a Pico's place.
+
+The two commands of a real Pico (README.md, `flash.py all --help`):
+
+    python tools/flash.py all --board pico --port PTY --device-id 9 --config-json pico.json \\
+        --data-dir D --broker-port P        # deploy, provision, verify, soft reset: main.py runs
+    dpsense gateway --port PTY --device-id 9 --data-dir D --broker-port P
+
+The gateway opens the port after the board started, as a person would: what the board
+wrote before that is gone (a Pico's USB serial drops it too), and its ring resends those
+records when their acknowledgements do not come.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tools.deploy import micropython_binary
+
+ROOT = Path(__file__).resolve().parents[2]
+N = 40
+
+pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
+                                reason="Debian package 'mosquitto' is not installed")
+
+
+def _stop(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def test_flash_all_pico_then_gateway_on_its_port(tmp_path: Path) -> None:
+    try:
+        micropython_binary()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    from hil_tests.rigs.cloud import CloudSide
+    from tools.ptyboard import PtyBoard
+
+    conf = tmp_path / "pico.json"
+    conf.write_text(json.dumps({
+        "board": "pico",                 # the stand-in is the unix port: name the profile
+        "config_id": 4, "epsilon": "0.5", "centre": [0, 1650], "window_records": 1000,
+        "window_cap": "1000", "period_ms": 20,
+        "columns": [{"num": 1, "den": 1, "offset": 0, "raw_min": -5000, "raw_max": 5000, "delta_q": 25},
+                    {"num": 3300, "den": 65535, "offset": 0, "raw_min": 0, "raw_max": 65535,
+                     "delta_q": 40}],
+        "stimulus": [[i * 10 - 200, 30000 + i] for i in range(N)]}))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cloud = CloudSide(tmp_path / "cloud")
+    folder = tmp_path / "pico"
+    folder.mkdir()
+    procs: list[subprocess.Popen] = []
+    with PtyBoard(folder) as board:
+        try:
+            cloud.start()
+            r = subprocess.run(
+                [sys.executable, "tools/flash.py", "all", "--board", "pico", "--port", board.pty,
+                 "--device-id", "9", "--config-json", str(conf), "--data-dir", str(cloud.dir),
+                 "--broker-port", str(cloud.broker.port)],
+                cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0, r.stdout + r.stderr
+            for step in ("== deploy", "== provision", "== verify", "board soft-reset"):
+                assert step in r.stdout
+            assert "compiled" in r.stdout and "MISMATCH" not in r.stdout
+            assert "broker_password" not in (folder / "config.json").read_text()
+            gw_log = tmp_path / "gateway.log"
+            with open(gw_log, "wb") as out:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "cloud.cli", "gateway", "--port", board.pty,
+                     "--device-id", "9", "--data-dir", str(cloud.dir),
+                     "--broker-port", str(cloud.broker.port)],
+                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT))
+            cloud.wait_readings(N, 40)
+            cloud.wait(lambda: "console: idle: all %d records acknowledged" % N in gw_log.read_text(),
+                       30, "the board's idle line", gw_log)
+            rows = cloud.readings()
+            assert len(rows) == N
+            assert {r.device_id for r in rows} == {9} and {r.config_id for r in rows} == {4}
+            assert sorted(r.seq for r in rows) == list(range(N))
+            assert len({r.boot_id for r in rows}) == 1
+            idle = [ln for ln in gw_log.read_text().splitlines() if "console: idle:" in ln]
+            print("pico on the stand-in: %s" % idle[-1])
+        finally:
+            for p in procs:
+                _stop(p)
+            cloud.close()
