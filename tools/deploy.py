@@ -356,6 +356,27 @@ def compiled(uploads: Sequence[Upload], board_version: int, mpy: bool | None,
     return out
 
 
+def board_uploads(board: Board, uploads: Sequence[Upload], mpy: bool | None,
+                  repl: RawRepl | None = None, folder: Path | None = None,
+                  log: Log = print) -> list[Upload]:
+    """``uploads`` as this board takes them: compiled with mpy-cross where its MicroPython
+    imports the .mpy version mpy-cross emits (``mpy``: None decides, True/False force).
+    The micro:bit's flat boards keep sources (1.9.2 imports no current .mpy)."""
+    if board.flat:
+        if mpy:
+            raise ReplError("the micro:bit's MicroPython 1.9.2 imports no .mpy that mpy-cross "
+                            "makes today; deploy sources (leave out --mpy)")
+        return list(uploads)
+    if folder is not None:
+        def run(code: str) -> str:
+            return subprocess.run([micropython_binary(), "-c", code], capture_output=True,
+                                  text=True, timeout=30, cwd=folder).stdout
+    else:
+        assert repl is not None
+        run = repl.exec
+    return compiled(uploads, board_mpy_version(run), mpy, log)
+
+
 def other_variant(target: str) -> str | None:
     """The name that would shadow or duplicate ``target`` on the board (a module's .py for
     its .mpy and the other way round): the import system prefers .py over .mpy."""

@@ -33,10 +33,9 @@ from tools.deploy import (  # noqa: E402
     Board,
     Log,
     Upload,
-    board_mpy_version,
+    board_uploads,
     check_imports,
     check_imports_unix,
-    compiled,
     default_sources,
     default_uploads,
     deploy,
@@ -52,7 +51,7 @@ from tools.qemu import QemuMicrobit  # noqa: E402
 from tools.rawrepl import RawRepl, RawReplError, ReplError  # noqa: E402
 
 # The library names stay importable from here (tests and rigs use ``tools.flash``).
-__all__ = ["BOARDS", "Board", "ENTRY_POINTS", "FIRMWARE_DIR", "GENERIC_SERIAL", "Log", "MICROBIT_BOOT_FILES", "MICROBIT_CHECKER", "MICROBIT_FILES", "MICROBIT_IMPORTS",
+__all__ = ["BOARDS", "Board", "board_uploads", "ENTRY_POINTS", "FIRMWARE_DIR", "GENERIC_SERIAL", "Log", "MICROBIT_BOOT_FILES", "MICROBIT_CHECKER", "MICROBIT_FILES", "MICROBIT_IMPORTS",
            "PACKAGE", "QemuMicrobit", "RawRepl", "RawReplError", "ReplError", "SHARED_DIR", "Upload",
            "check_imports", "check_imports_unix", "default_sources", "default_uploads", "deploy",
            "deploy_folder", "importable", "main", "micropython_binary", "open_board", "plan",
@@ -196,10 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "  python tools/flash.py verify --board pico --port /dev/pts/N\n"
                         "  python tools/flash.py exec --port /dev/pts/N 'import os; "
                         "print(os.listdir())'")
-    pb.add_argument("--dir", required=True, metavar="FOLDER",
-                    help="the board's file system (created if missing)")
-    pb.add_argument("--micropython", metavar="PATH",
-                    help="the unix port binary (default: on PATH or in .venv)")
+    from tools.ptyboard import add_arguments as ptyboard_arguments
+    ptyboard_arguments(pb)
 
     d = sub.add_parser("deploy", formatter_class=fmt, help="copy board code to a board",
                        description="Copy shared_protocol (and firmware/*.py if any) to a board, "
@@ -342,27 +339,6 @@ def cmd_qemu(args: argparse.Namespace) -> int:
 def cmd_ptyboard(args: argparse.Namespace) -> int:
     from tools.ptyboard import serve
     return serve(args.dir, args.micropython)
-
-
-def board_uploads(board: Board, uploads: Sequence[Upload], mpy: bool | None,
-                  repl: RawRepl | None = None, folder: Path | None = None,
-                  log: Log = print) -> list[Upload]:
-    """``uploads`` as this board takes them: compiled with mpy-cross where its MicroPython
-    imports the .mpy version mpy-cross emits (``mpy``: None decides, True/False force).
-    The micro:bit's flat boards keep sources (1.9.2 imports no current .mpy)."""
-    if board.flat:
-        if mpy:
-            raise ReplError("the micro:bit's MicroPython 1.9.2 imports no .mpy that mpy-cross "
-                            "makes today; deploy sources (leave out --mpy)")
-        return list(uploads)
-    if folder is not None:
-        def run(code: str) -> str:
-            return subprocess.run([micropython_binary(), "-c", code], capture_output=True,
-                                  text=True, timeout=30, cwd=folder).stdout
-    else:
-        assert repl is not None
-        run = repl.exec
-    return compiled(uploads, board_mpy_version(run), mpy, log)
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:

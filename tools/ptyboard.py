@@ -11,16 +11,13 @@ Why: the serial rig and ``tools/flash.py`` (deploy, provision, verify, exec over
 no such board. The stand-in behaves on its pty the way MicroPython v1.2x behaves on a
 board's USB serial, so the same host code runs against it unchanged.
 
-How: the pty a rig opens (``pty``, the "outer" one) is relayed by a thread to a second
-pty on which a ``micropython`` child process runs, with the board's folder as its
-working directory (its file system). The child's terminal keeps signal generation
-on, so Ctrl-C reaches running code as ``KeyboardInterrupt`` (also in ``time.sleep``
-and while reading ``sys.stdin``); the unix port switches the line to raw mode itself
-while its REPL reads input. The unix port is killed by a SIGINT that arrives while
-it has no handler (just before and after running code) or while the previous one is
-still pending, where a board just interrupts; so the relay holds such a Ctrl-C back
-for a moment (see ``PtyBoard._ctrl_c_safe``). Output line ends are made ``\\r\\n``
-as a board's are.
+How: a thread relays the pty a rig opens (``pty``) to a second pty on which a
+``micropython`` child runs in the board's folder (its file system). Its terminal
+turns Ctrl-C into SIGINT, so running code gets ``KeyboardInterrupt`` (in
+``time.sleep`` and ``sys.stdin`` reads too); a SIGINT the port has no handler for
+yet, or a second one too soon, would kill it where a board just interrupts, so the
+relay holds such a Ctrl-C back a moment (``PtyBoard._ctrl_c_safe``). Line ends
+become ``\\r\\n``, as a board's are.
 
 What a board does and how it is reproduced:
 
@@ -38,8 +35,8 @@ What a board does and how it is reproduced:
 * ``machine`` is the unix port's module plus ``reset()``, ``reset_cause()``,
   ``unique_id()`` and ``freq()``; ``network.WLAN`` is connected as soon as
   ``connect()`` was called, since the host's network stands in for the access point.
-  Both shims live in a directory of the stand-in's own, after the board's folder on
-  the module path, so the board's own files win.
+  Both shims live in tools/ptyboard_shims/, after the board's folder on the module
+  path, so the board's own files win.
 * Output while no one reads the pty is buffered up to ``OUTPUT_LIMIT`` bytes (plus the
   kernel's pty buffer) and then dropped, so a board with no host attached never stalls.
 
@@ -61,7 +58,6 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import termios
 import threading
 import time
@@ -83,131 +79,14 @@ SOFT_REBOOT = b"MPY: soft reboot\r\n"
 SIGINT_GAP = 0.25
 OUTPUT_LIMIT = 64 * 1024       # board output kept for a slow or absent reader
 INPUT_LIMIT = 256 * 1024       # host input kept while the board boots
+# MicroPython modules the children import before the board's own (machine, network) and
+# the script each child runs (_ptyboard_boot.py).
+SHIMS = Path(__file__).resolve().parent / "ptyboard_shims"
 # Printed by the boot script once the interpreter handles Ctrl-C; never shown.
 _READY = b"\x1b]ptyboard-ready\x07"
 _FRIENDLY_MARK = b'Type "help()" for more information.'
 _RAW_MARK = b"raw REPL; CTRL-B to exit"
 _MAX_FAILED_BOOTS = 3
-
-# Runs as the child's script under ``micropython -i``: put the board's folder first on
-# the module path (running a script puts the script's own folder there), then boot.py
-# and main.py in __main__'s globals as a board does, each ending like a board's: a
-# traceback, then the REPL.
-_BOOT_SCRIPT = """\
-import sys as _pb_sys
-_pb_sys.path[0] = ''
-_pb_sys.argv.clear()
-_pb_sys.stdout.write(%r)
-
-
-def _pb_boot():
-    import os
-    names = ['boot.py']
-    if os.getenv('PTYBOARD_RUN_MAIN') != '0':
-        names.append('main.py')
-    for name in names:
-        try:
-            os.stat(name)
-        except OSError:
-            continue
-        try:
-            execfile(name, globals())
-        except SystemExit:
-            pass
-        except BaseException as e:
-            _pb_sys.print_exception(e)
-
-
-_pb_boot()
-del _pb_boot, _pb_sys
-""" % _READY.decode()
-
-_MACHINE_SHIM = """\
-# Stand-in board (tools/ptyboard.py): the unix port's machine module plus the calls
-# board firmware makes that the unix port lacks.
-from umachine import *
-
-PWRON_RESET = 1
-HARD_RESET = 2
-WDT_RESET = 3
-DEEPSLEEP_RESET = 4
-SOFT_RESET = 5
-_CAUSES = {'power': PWRON_RESET, 'hard': HARD_RESET, 'soft': SOFT_RESET}
-
-
-def reset():
-    # Ends the interpreter at once (a signal cannot be caught by Python code); the
-    # stand-in sees the signal and boots the board again with main.py.
-    import os
-    os.system('kill -%d $PPID')
-    while True:
-        pass
-
-
-def reset_cause():
-    import os
-    return _CAUSES.get(os.getenv('PTYBOARD_RESET') or 'power', PWRON_RESET)
-
-
-def unique_id():
-    return b'\\xe6\\x61\\x38\\x52\\x83\\x4d\\x2c\\x2a'
-
-
-def freq(hz=None):
-    if hz is None:
-        return 125000000
-""" % int(RESET_SIGNAL)
-
-_NETWORK_SHIM = """\
-# Stand-in board (tools/ptyboard.py): Wi-Fi is the host's network, so a station is
-# connected as soon as it was asked to connect.
-STA_IF = 0
-AP_IF = 1
-STAT_IDLE = 0
-STAT_CONNECTING = 1
-STAT_GOT_IP = 3
-
-
-_state = {}     # per interface, shared by every WLAN object of it, as on a board
-
-
-class WLAN:
-    def __init__(self, interface=STA_IF):
-        self._s = _state.setdefault(interface, {'active': False, 'ssid': None})
-
-    def active(self, on=None):
-        if on is None:
-            return self._s['active']
-        self._s['active'] = bool(on)
-        if not on:
-            self._s['ssid'] = None
-
-    def connect(self, ssid=None, key=None, *args, **kwargs):
-        self._s['active'] = True
-        self._s['ssid'] = ssid
-
-    def disconnect(self):
-        self._s['ssid'] = None
-
-    def isconnected(self):
-        return self._s['ssid'] is not None
-
-    def status(self, param=None):
-        if param == 'rssi':
-            return -50
-        return STAT_GOT_IP if self._s['ssid'] is not None else STAT_IDLE
-
-    def ifconfig(self, config=None):
-        if config is None:
-            return ('127.0.0.1', '255.0.0.0', '127.0.0.1', '127.0.0.1')
-
-    def config(self, *args, **kwargs):
-        if args in (('essid',), ('ssid',)):
-            return self._s['ssid'] or ''
-        if args == ('mac',):
-            return b'\\x02\\x00\\x00\\x00\\x00\\x01'
-        return None
-"""
 
 # Makes the child's pty its controlling terminal, so Ctrl-C becomes SIGINT for it, then
 # becomes the unix port (``subprocess`` has no option for the controlling terminal).
@@ -291,7 +170,6 @@ class PtyBoard:
         self._to_child = bytearray()
         self._failed_boots = 0
         self._error: str | None = None
-        self._shim_dir: tempfile.TemporaryDirectory[str] | None = None
         self._lock = threading.Lock()
         self._commands: list[tuple[str, threading.Event]] = []
         self._ready = threading.Event()
@@ -318,11 +196,6 @@ class PtyBoard:
             from tools.deploy import micropython_binary
             self.micropython = micropython_binary()
         try:
-            self._shim_dir = tempfile.TemporaryDirectory(prefix="dpsense-ptyboard-")
-            shims = Path(self._shim_dir.name)
-            (shims / "machine.py").write_text(_MACHINE_SHIM)
-            (shims / "network.py").write_text(_NETWORK_SHIM)
-            (shims / "_ptyboard_boot.py").write_text(_BOOT_SCRIPT)
             self._outer, self._outer_slave = os.openpty()
             tty.setraw(self._outer_slave)
             self.pty = os.ttyname(self._outer_slave)
@@ -351,9 +224,6 @@ class PtyBoard:
             if fd >= 0:
                 os.close(fd)
                 setattr(self, name, -1)
-        if self._shim_dir is not None:
-            self._shim_dir.cleanup()
-            self._shim_dir = None
         self._state = _DOWN
 
     @property
@@ -615,16 +485,17 @@ class PtyBoard:
 
     def _boot(self, raw: bool, cause: str) -> None:
         """Start a child: ``raw`` boots into the raw REPL without ``main.py``."""
-        assert self._shim_dir is not None and self.micropython is not None
+        assert self.micropython is not None
         self._ready.clear()
         self._close_inner()
         master, slave = os.openpty()
         try:
             _child_termios(slave)
-            shims = self._shim_dir.name
+            shims = str(SHIMS)
             env = dict(os.environ,
                        MICROPYPATH=os.pathsep.join(["", ".frozen", shims]),
-                       PTYBOARD_RESET=cause, PTYBOARD_RUN_MAIN="0" if raw else "1")
+                       PTYBOARD_RESET=cause, PTYBOARD_RUN_MAIN="0" if raw else "1",
+                       PTYBOARD_RESET_SIGNAL=str(int(RESET_SIGNAL)))
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", _TRAMPOLINE, self.micropython, "-i",
                  os.path.join(shims, "_ptyboard_boot.py")],
@@ -691,6 +562,14 @@ class PtyBoard:
         self._close_inner()
 
 
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The stand-in's options (this command's, and `tools/flash.py ptyboard`'s)."""
+    p.add_argument("--dir", required=True, metavar="FOLDER",
+                   help="the board's file system (created if missing)")
+    p.add_argument("--micropython", metavar="PATH",
+                   help="the unix port binary (default: on PATH or in .venv)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ptyboard.py", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -700,10 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  python tools/ptyboard.py --dir out/pico\n"
         "  python tools/flash.py deploy --board pico --port /dev/pts/N --check   # N as printed\n"
         "  python -m pytest hil_tests --rig serial --board pico --port /dev/pts/N")
-    p.add_argument("--dir", required=True, metavar="FOLDER",
-                   help="the board's file system (created if missing)")
-    p.add_argument("--micropython", metavar="PATH",
-                   help="the unix port binary (default: found as tools/deploy.py finds it)")
+    add_arguments(p)
     return p
 
 
