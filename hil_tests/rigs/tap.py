@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import tty
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,7 +26,7 @@ from . import wait_in_log
 from .cloud import ROOT, CloudSide
 
 
-class TapRig:
+class TapRig(ABC):
     """Capture, log and gateway for a rig that talks to a board over a serial line."""
 
     def __init__(self, workdir: Path, board: str, cloud: CloudSide) -> None:
@@ -45,9 +46,9 @@ class TapRig:
         self._pos = 0
 
     # -- the board and the tap thread -------------------------------------------------------
+    @abstractmethod
     def _board(self) -> Any:
         """The board's RawRepl, opened (and at its raw prompt) on first use."""
-        raise NotImplementedError
 
     def _start_tap(self, target: Callable[..., None], *args: Any) -> None:
         self._tap_stop.clear()
