@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.procs import stop
 from tools.qemu import missing_reason
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,16 +37,6 @@ pytestmark = [
 ]
 
 N = 40
-
-
-def _stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def test_flash_all_then_gateway_brings_readings_to_the_database(tmp_path: Path) -> None:
@@ -110,7 +100,7 @@ def test_flash_all_then_gateway_brings_readings_to_the_database(tmp_path: Path) 
         assert "stimulus done" in gw_log.read_text()
     finally:
         for p in reversed(procs):
-            _stop(p)
+            stop(p)
         cloud.close()
     # The account exists; a serial board's config carries no broker password.
     assert (cloud.dir / "broker" / "credentials" / "d7").is_file()

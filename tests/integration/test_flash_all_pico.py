@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.integration.procs import stop
 from tools.deploy import micropython_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,16 +30,6 @@ N = 40
 
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
                                 reason="Debian package 'mosquitto' is not installed")
-
-
-def _stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def test_flash_all_pico_then_gateway_on_its_port(tmp_path: Path) -> None:
@@ -97,5 +86,5 @@ def test_flash_all_pico_then_gateway_on_its_port(tmp_path: Path) -> None:
             print("pico on the stand-in: %s" % idle[-1])
         finally:
             for p in procs:
-                _stop(p)
+                stop(p)
             cloud.close()

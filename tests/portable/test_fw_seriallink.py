@@ -88,6 +88,18 @@ def _link(path, console, records=8):
     return ring, clock, SerialLink(ring, console.write, console.read, clock)
 
 
+def _sent(name, n=3, records=8):
+    """A link on a fresh ring that has sent records 0..n-1 and polled once."""
+    p = fwutil.scratch(name)
+    con = Console()
+    ring, clock, link = _link(p, con, records)
+    recs = [_rec(i) for i in range(n)]
+    for rc in recs:
+        link.send(*rc)
+    link.service()
+    return p, con, ring, clock, link, recs
+
+
 def test_records_go_to_the_ring_then_out_as_framed_lines_then_the_board_polls():
     p = fwutil.scratch("sl1")
     con = Console()
@@ -107,13 +119,7 @@ def test_records_go_to_the_ring_then_out_as_framed_lines_then_the_board_polls():
 
 
 def test_an_ack_by_token_takes_the_record_out_of_the_ring_and_is_persisted():
-    p = fwutil.scratch("sl2")
-    con = Console()
-    ring, clock, link = _link(p, con)
-    recs = [_rec(i) for i in range(3)]
-    for rc in recs:
-        link.send(*rc)
-    link.service()
+    p, con, ring, clock, link, recs = _sent("sl2")
     con.feed(b"!" + token_hex(recs[1][0]) + b"\n!0123456789abcdef\nhello\n!" + b"0" * 20 + b"\n!\n")
     link.service()
     assert (ring.pending, ring.parts(0), ring.parts(1), ring.parts(2)) == (2, 3, 0, 3)
@@ -146,13 +152,7 @@ def _quiet_polls(link, clock, con, answered):
 
 
 def test_a_full_answer_is_followed_by_the_next_poll_at_once_a_partial_one_waits():
-    p = fwutil.scratch("sl7")
-    con = Console()
-    ring, clock, link = _link(p, con, records=32)
-    recs = [_rec(i) for i in range(ACKS + 3)]
-    for rc in recs:
-        link.send(*rc)
-    link.service()
+    p, con, ring, clock, link, recs = _sent("sl7", ACKS + 3, 32)
     assert con.lines().count(POLL) == 1
     con.feed(b"".join(b"!" + token_hex(r) + b"\n" for r, _ in recs[:ACKS]) + b"!\n")
     link.service()                                  # a full answer: the next poll goes out now
@@ -171,13 +171,7 @@ def test_a_full_answer_is_followed_by_the_next_poll_at_once_a_partial_one_waits(
 
 def test_after_quiet_polls_every_pending_record_is_written_again_byte_for_byte():
     for answered in (True, False):
-        p = fwutil.scratch("sl3")
-        con = Console()
-        ring, clock, link = _link(p, con)
-        recs = [_rec(i) for i in range(3)]
-        for rc in recs:
-            link.send(*rc)
-        link.service()
+        p, con, ring, clock, link, recs = _sent("sl3")
         con.feed(b"!" + token_hex(recs[0][0]) + b"\n!\n")    # record 0 acknowledged
         link.service()
         clock.ms += POLL_MS
@@ -191,13 +185,7 @@ def test_after_quiet_polls_every_pending_record_is_written_again_byte_for_byte()
 
 
 def test_records_left_by_an_earlier_boot_are_written_again_at_boot_and_acked_by_token():
-    p = fwutil.scratch("sl4")
-    con = Console()
-    ring, clock, link = _link(p, con)
-    recs = [_rec(i) for i in range(3)]
-    for rc in recs:
-        link.send(*rc)
-    link.service()
+    p, con, ring, clock, link, recs = _sent("sl4")
     con.feed(b"!" + token_hex(recs[0][0]) + b"\n!\n")
     link.service()
     ring.close()                                    # reset
