@@ -65,6 +65,13 @@ class App:
         self.profile = profile
         self.log = log
         self.clock = clock or time
+        self.wifi = None
+        if profile["wifi"]:
+            from net import WifiLink
+            # The ESP32's os.urandom is a true RNG only while its radio runs (ESP-IDF):
+            # the radio goes on before the first random draw (boot id, noise).
+            self.wifi = WifiLink(cfg["wifi_ssid"], cfg["wifi_password"])
+            self.wifi.radio_on()
         self.rng, self.entropy = make_rng(profile)
         cols = [Column(Affine(c[0], c[1], c[2], c[3], c[4]), c[5], cfg["epsilon"])
                 for c in cfg["columns"]]
@@ -93,21 +100,17 @@ class App:
         self.ring = Ring(cfg["ring_path"], wire.reading_size(ncols), cfg["ring_records"],
                          cfg["ring_bytes"])
         client = MQTTClient(cfg["client_id"], cfg["broker_user"], cfg["broker_password"],
-                            cfg["keepalive"], clock=time)
+                            cfg["keepalive"], clock=self.clock)
         host = cfg["broker_host"]
         port = cfg["broker_port"]
         tls = cfg["broker_tls"]
         ca = cfg["broker_ca"]
-        link = None
-        if self.profile["wifi"]:
-            from net import WifiLink
-            link = WifiLink(cfg["wifi_ssid"], cfg["wifi_password"])
         user = cfg["broker_user"]
         self.uplink = Uplink(client, self.ring, lambda: open_socket(host, port, tls, ca),
                              ("dpsense/readings/%s" % user).encode(),
-                             ("dpsense/status/%s" % user).encode(), time, self.rng,
+                             ("dpsense/status/%s" % user).encode(), self.clock, self.rng,
                              cfg["max_inflight"], cfg["ack_timeout_ms"], 250,
-                             cfg["backoff_max_ms"], link, self.log)
+                             cfg["backoff_max_ms"], self.wifi, self.log)
         ring = self.ring
 
         def send(reading, correction):

@@ -1,6 +1,7 @@
 """Wi-Fi station for the boards that have it (ESP32, Pico W).
 
     up = WifiLink("home", "secret")
+    up.radio_on()    # the radio runs (the ESP32's RNG needs it); no association yet
     up()             # connects, or returns at once when connected; OSError on timeout
 
 The uplink calls it before every broker connection attempt, so a lost access point
@@ -21,6 +22,10 @@ class WifiLink:
         self._ssid = ssid
         self._password = password
         self._timeout_ms = timeout_ms
+
+    def radio_on(self):
+        """Start the station interface (the radio) without waiting for an access point."""
+        self._wlan.active(True)
 
     def __call__(self):
         t = self._clock

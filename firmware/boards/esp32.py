@@ -1,7 +1,7 @@
 """ESP32 DevKitC: ADC1 inputs (ADC2 is unusable while Wi-Fi runs), MQTT over Wi-Fi.
 
 os.urandom reads the hardware RNG, which is truly random only while the radio is on
-(ESP-IDF docs); the board connects Wi-Fi before it draws any noise.
+(ESP-IDF docs); firmware/app.py turns the radio on before its first random draw.
 """
 PROFILE = {
     "name": "esp32",

@@ -274,3 +274,53 @@ def test_wifi_loss_holds_records_and_reconnects_wifi_then_the_broker():
     assert again[0][4] == _rec(1)[0]
     ring.close()
     fwutil.remove(p)
+
+
+def test_an_esp32_turns_its_radio_on_before_its_first_random_draw():
+    """ESP-IDF: the ESP32's RNG is truly random only while the radio runs, so the radio
+    must be on before the boot id or any noise is drawn."""
+    import sys
+    import app as appmod
+    from boards import esp32
+    from config import validate
+    order = []
+    net = _Network()
+    base = net.WLAN
+
+    class WLAN(base):
+        def active(self, on=None):
+            if on:
+                order.append("radio")
+            return True
+
+    net.WLAN = WLAN
+    real = appmod.make_rng
+
+    def spy(profile):
+        order.append("rng")
+        return real(profile)
+
+    cfg = validate({
+        "device_id": 7, "epsilon": "0.5", "centre": [0], "window_records": 10, "window_cap": "10",
+        "columns": [{"num": 1, "den": 1, "offset": 0, "raw_min": -10, "raw_max": 10, "delta_q": 5}],
+        "broker_host": "192.168.1.20", "broker_password": "pw", "wifi_ssid": "lab",
+        "wifi_password": "pw", "stimulus": [[1]],
+        "ring_path": fwutil.scratch("up9-ring"), "ledger_path": fwutil.scratch("up9-ledger")},
+        esp32.PROFILE)
+    saved = sys.modules.get("network")
+    sys.modules["network"] = net
+    appmod.make_rng = spy
+    try:
+        a = appmod.App(cfg, esp32.PROFILE, lambda s: None, clock=fwutil.FakeClock(1000))
+    finally:
+        appmod.make_rng = real
+        if saved is None:
+            del sys.modules["network"]
+        else:
+            sys.modules["network"] = saved
+    assert order == ["radio", "rng"]
+    assert a.uplink.link_up is a.wifi
+    a.ring.close()
+    a.ledger.close()
+    for k in ("ring_path", "ledger_path"):
+        fwutil.remove(cfg[k])
