@@ -6,10 +6,9 @@
 
     python tools/ptyboard.py --dir out/pico       # until Ctrl-C; prints the pty
 
-Why: the serial rig and ``tools/flash.py`` (deploy, provision, verify, exec over
-``--port``) talk to ESP32 and RP2040 boards over their USB serial line, and CI has
-no such board. The stand-in behaves on its pty the way MicroPython v1.2x behaves on a
-board's USB serial, so the same host code runs against it unchanged.
+Why: the serial rig and ``tools/flash.py`` talk to ESP32 and RP2040 boards over their
+USB serial line, and CI has no such board. The stand-in behaves on its pty the way
+MicroPython v1.2x does on a board's USB serial, so the same host code runs unchanged.
 
 How: a thread relays the pty a rig opens (``pty``) to a second pty on which a
 ``micropython`` child runs in the board's folder (its file system). Its terminal
@@ -69,7 +68,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tools.rawrepl import RAW_BANNER, RawRepl  # noqa: E402
+from tools.rawrepl import RAW_BANNER  # noqa: E402
 
 # machine.reset() ends the child with this signal; any other end of the child is a
 # soft reset, since that is what a board does where the unix port exits.
@@ -137,10 +136,9 @@ class PtyBoard:
     ``power_cut()`` cuts the power (the child is killed with SIGKILL, mid-write if it
     was writing); both boot again with ``main.py`` as ``machine.reset()`` does.
 
-    Attributes: ``pty`` (path to open), ``folder``, ``micropython`` (the binary),
-    ``boots`` (children started), ``last_reset`` ("power", "hard", "soft"),
-    ``raw_mode`` (the REPL mode last seen on the line), ``dropped`` (output bytes lost
-    while no one read the pty), ``events`` (one line per reset, for test logs).
+    Attributes: ``pty``, ``folder``, ``micropython``, ``boots``, ``last_reset``
+    ("power", "hard", "soft"), ``raw_mode`` (as last seen on the line), ``dropped``
+    (output bytes no one read), ``events`` (a line per boot, for test logs).
     """
 
     def __init__(self, folder: str | Path, micropython: str | None = None,
@@ -226,11 +224,6 @@ class PtyBoard:
                 setattr(self, name, -1)
         self._state = _DOWN
 
-    @property
-    def pid(self) -> int | None:
-        """The current child's process id (it changes with every reset)."""
-        return self._proc.pid if self._proc else None
-
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and self._error is None
 
@@ -257,12 +250,6 @@ class PtyBoard:
         """Cut the power: SIGKILL the child wherever it is (a file write is left as far
         as it got), then boot as at power-on."""
         self._command("power", timeout)
-
-    def repl(self, chunk_size: int = 256, pause: float = 0.01) -> RawRepl:
-        """A raw-REPL session on a new connection to ``pty`` (the pico/esp32 pacing)."""
-        if self.pty is None:
-            raise RuntimeError("the board is not running")
-        return RawRepl.open(self.pty, chunk_size=chunk_size, pause=pause)
 
     # -- the relay thread -------------------------------------------------------------
 
