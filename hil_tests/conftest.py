@@ -128,7 +128,7 @@ def _qemu_rig(tmp_path, board: str) -> Iterator[object]:
 def _serial_rig(request: pytest.FixtureRequest, tmp_path, board: str, port: str,
                 stand_in: bool) -> Iterator[object]:
     from hil_tests.rigs.cloud import CloudSide
-    from hil_tests.rigs.serial import FirmwareRig, SerialRig, relay_bind, tls_hostname
+    from hil_tests.rigs.serial import FirmwareRig, SerialRig, relay_bind
     if board == "microbit":
         cloud = CloudSide(tmp_path / "cloud")
         yield from _running(cloud, SerialRig(tmp_path / "board", board, cloud, port))
@@ -142,10 +142,6 @@ def _serial_rig(request: pytest.FixtureRequest, tmp_path, board: str, port: str,
         if ssid is None:
             pytest.skip("serial rig, %s: give --wifi-ssid and --wifi-password (or set "
                         "DPSENSE_WIFI_SSID and DPSENSE_WIFI_PASSWORD)" % board)
-        if (request.node.originalname == "test_tls_with_a_verified_broker_and_refusal_of_an_unknown_one"
-                and tls_hostname(host) is None):
-            pytest.skip("TLS on a board: --broker-host must be a host name the board resolves "
-                        "(the test's certificate names it), not an IP address")
     host = host or "127.0.0.1"
     cloud = CloudSide(tmp_path / "cloud", bind=relay_bind(host))
     r = FirmwareRig(tmp_path / "board", board, cloud, port, broker_host=host,

@@ -164,7 +164,6 @@ class FirmwareRig(TapRig):
         repl.exec("import os\nfor n in %r:\n try:\n  os.remove(n)\n except OSError:\n  pass"
                   % (STATE_FILES,), 30)
         check_imports(repl, importable(uploads), log=self.deploy_log.append)
-        repl.soft_reset()
         return [u.target for u in uploads]
 
     def put(self, name: str, data: bytes) -> None:
