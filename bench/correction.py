@@ -23,16 +23,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cloud.correction.rules import (  # noqa: E402
+from dpsense.cloud.correction.rules import (  # noqa: E402
     CorrectionParams,
     false_negatives,
     reduce_rows,
     run_protocol,
     split_presumed,
 )
-from cloud.datasets import paper1_synthetic, relaxed_sensitivity  # noqa: E402
-from cloud.experiments.noise import discrete_laplace  # noqa: E402
-from cloud.outliers import DBSCANOutliers  # noqa: E402
+from dpsense.cloud.datasets import paper1_synthetic, relaxed_sensitivity  # noqa: E402
+from dpsense.cloud.experiments.noise import discrete_laplace  # noqa: E402
+from dpsense.cloud.outliers import DBSCANOutliers  # noqa: E402
 
 N = 100_000
 QUANTUM = 0.01

@@ -13,7 +13,7 @@ heap pages that the allocator reuses do not raise the RSS, so a second ``fit`` u
 ``tracemalloc`` gives the peak of the Python and numpy allocations as well; it misses
 buffers allocated in compiled code, such as scikit-learn's neighbourhood lists.
 
-``cloud.outliers.DBSCANOutliers`` runs on all 100,000 readings. scikit-learn's DBSCAN
+``dpsense.cloud.outliers.DBSCANOutliers`` runs on all 100,000 readings. scikit-learn's DBSCAN
 stores every neighbourhood, which takes ``n * mean neighbours * 8`` bytes: the table
 gives that estimate at 100,000 and runs scikit-learn on the largest random subsample
 whose estimate fits ``--sklearn-budget-mb`` (memory grows with n squared at a fixed
@@ -44,8 +44,8 @@ EPS, MIN_SAMPLES = 12.0, 60
 
 def readings(epsilon: float, n: int, seed: int = 1) -> np.ndarray:
     """The perturbed window in data units; a seeded random subsample when ``n < N``."""
-    from cloud.datasets import paper1_synthetic, relaxed_sensitivity
-    from cloud.experiments.noise import discrete_laplace
+    from dpsense.cloud.datasets import paper1_synthetic, relaxed_sensitivity
+    from dpsense.cloud.experiments.noise import discrete_laplace
 
     data = paper1_synthetic(N, 400.0, "scale", seed=seed)
     ref = paper1_synthetic(N, 400.0, "scale", seed=seed + 1000)
@@ -91,7 +91,7 @@ def worker(detector: str, epsilon: float, n: int, jobs: int) -> dict:
     """One fit in this process: wall time, peak-RSS growth and the noise set's digest."""
     from sklearn.cluster import DBSCAN
 
-    from cloud.outliers import DBSCANOutliers
+    from dpsense.cloud.outliers import DBSCANOutliers
 
     x = readings(epsilon, n)
 

@@ -37,10 +37,10 @@ def microbit_ram() -> list[tuple[str, str]]:
     sys.modules.pop("firmware", None)
     sys.path.insert(0, str(ROOT))
     try:
-        from tools import microbit as mb
-        from tools.deploy import (BOARDS, MICROBIT_CHECKER, MICROBIT_IMPORTS, default_uploads,
+        from dpsense.tools import microbit as mb
+        from dpsense.tools.deploy import (BOARDS, MICROBIT_CHECKER, MICROBIT_IMPORTS, default_uploads,
                                   deploy, plan, resolve_sources)
-        from tools.qemu import QemuMicrobit
+        from dpsense.tools.qemu import QemuMicrobit
     except ImportError as e:
         return [("unavailable", str(e))]
     free = "import gc\ngc.collect()\nprint(gc.mem_free())"

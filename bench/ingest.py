@@ -23,13 +23,13 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cloud import topics  # noqa: E402
-from cloud.broker import Broker, free_port  # noqa: E402
-from cloud.config import Settings  # noqa: E402
-from cloud.datasets import paper1_synthetic  # noqa: E402
-from cloud.ingest.service import Connection, IngestService  # noqa: E402
-from cloud.simulate import FleetPublisher, calibrate, encode_fleet  # noqa: E402
-from cloud.storage import open_analyst_store  # noqa: E402
+from dpsense.cloud import topics  # noqa: E402
+from dpsense.cloud.broker import Broker, free_port  # noqa: E402
+from dpsense.cloud.config import Settings  # noqa: E402
+from dpsense.cloud.datasets import paper1_synthetic  # noqa: E402
+from dpsense.cloud.ingest.service import Connection, IngestService  # noqa: E402
+from dpsense.cloud.simulate import FleetPublisher, calibrate, encode_fleet  # noqa: E402
+from dpsense.cloud.storage import open_analyst_store  # noqa: E402
 
 
 def _wait(pred, timeout: float = 300.0) -> None:

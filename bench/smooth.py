@@ -10,7 +10,7 @@ beta = the NRS beta at epsilon = 1, delta = 0.01 (epsilon/25.19).
 
 Rows:
 
-* ``cloud.privacy.smooth`` (exact ball counts, all t at once; KD-tree pruning above
+* ``dpsense.cloud.privacy.smooth`` (exact ball counts, all t at once; KD-tree pruning above
   400 records), at N = 50 ... 10,000;
 * the paper's route: Algorithm 2 (early stopping, Proposition 1) calling Algorithm 1
   (the ``2**|P|`` subset search pruned by the smallest enclosing ball, SPEC 4.5) for
@@ -32,8 +32,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cloud.privacy.mechanisms import nrs_alpha_beta  # noqa: E402
-from cloud.privacy.smooth import degrees, smooth_sensitivity  # noqa: E402
+from dpsense.cloud.privacy.mechanisms import nrs_alpha_beta  # noqa: E402
+from dpsense.cloud.privacy.smooth import degrees, smooth_sensitivity  # noqa: E402
 
 K, R = 3, 1.1
 _TOL = 1e-9
@@ -191,7 +191,7 @@ def main() -> int:
     for n in sorted(set(ours) | set(paper)):
         if n in ours:
             tm, s, t = ours[n]
-            print("| %d | exact ball counts (`cloud.privacy.smooth`) | %.3f | %.3f | %d | all t = 0..N |" % (n, tm, s, t))
+            print("| %d | exact ball counts (`dpsense.cloud.privacy.smooth`) | %.3f | %.3f | %d | all t = 0..N |" % (n, tm, s, t))
         if n in paper:
             tm, s, t_last, calls = paper[n]
             agree = "agrees" if n in ours and abs(s - ours[n][1]) <= 1e-9 * max(1.0, s) else "DIFFERS"

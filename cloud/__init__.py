@@ -1,2 +1,1 @@
 """dpsense cloud side: CPython services and the ``dpsense`` command."""
-__version__ = "0.1.0"

@@ -21,12 +21,12 @@ import numpy as np
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from cloud import topics
-from cloud.correction import messages as msg
-from cloud.correction.rules import reduce_rows
-from cloud.ingest.service import Connection
-from cloud.outliers.dbscan import DBSCANOutliers
-from cloud.outliers.distance import BetaRAnomalies, DistanceOutliers
+from dpsense.cloud import topics
+from dpsense.cloud.correction import messages as msg
+from dpsense.cloud.correction.rules import reduce_rows
+from dpsense.cloud.ingest.service import Connection
+from dpsense.cloud.outliers.dbscan import DBSCANOutliers
+from dpsense.cloud.outliers.distance import BetaRAnomalies, DistanceOutliers
 
 
 DETECTORS = ("dbscan", "kr", "beta_r")

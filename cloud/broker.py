@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from cloud import topics
+from dpsense.cloud import topics
 
 ROLES = ("analyst", "correction", "curator", "device")
 

@@ -5,8 +5,8 @@ import argparse
 import sys
 from typing import Callable
 
-from cloud.commands.curator import do_curator, do_query, parser_curator, parser_query
-from cloud.commands.demo import (
+from dpsense.cloud.commands.curator import do_curator, do_query, parser_curator, parser_query
+from dpsense.cloud.commands.demo import (
     do_demo,
     do_perturb,
     do_version,
@@ -14,8 +14,8 @@ from cloud.commands.demo import (
     parser_perturb,
     parser_version,
 )
-from cloud.commands.experiments import do_experiment, parser_experiment
-from cloud.commands.services import (
+from dpsense.cloud.commands.experiments import do_experiment, parser_experiment
+from dpsense.cloud.commands.services import (
     do_analyst,
     do_broker,
     do_correction,

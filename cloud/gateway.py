@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Protocol
 
-from cloud import topics
-from shared_protocol import wire
-from shared_protocol.framing import LineSplitter, unframe
+from dpsense.cloud import topics
+from dpsense.protocol import wire
+from dpsense.protocol.framing import LineSplitter, unframe
 
 
 class Source(Protocol):

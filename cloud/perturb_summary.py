@@ -16,12 +16,12 @@ from typing import TextIO
 
 import numpy as np
 
-from cloud.datasets import paper1_synthetic, relaxed_sensitivity
-from shared_protocol import framing, wire
-from shared_protocol.fixedpoint import Affine, parse_decimal
-from shared_protocol.mechanism import Column, RecordMechanism
-from shared_protocol.rng import XorShift32
-from shared_protocol.tokens import new_token
+from dpsense.cloud.datasets import paper1_synthetic, relaxed_sensitivity
+from dpsense.protocol import framing, wire
+from dpsense.protocol.fixedpoint import Affine, parse_decimal
+from dpsense.protocol.mechanism import Column, RecordMechanism
+from dpsense.protocol.rng import XorShift32
+from dpsense.protocol.tokens import new_token
 
 
 @dataclass(frozen=True)

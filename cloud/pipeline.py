@@ -21,13 +21,13 @@ from typing import TextIO
 
 import numpy as np
 
-from cloud.broker import Broker, free_port
-from cloud.config import Settings
-from cloud.datasets import paper1_synthetic
-from cloud.report import evaluate, scatter_png, sweep_png, write_html
-from cloud.simulate import FleetPublisher, calibrate, encode_fleet, save_ground_truth
-from cloud.storage import open_analyst_store, open_correction_store
-from shared_protocol.fixedpoint import parse_decimal
+from dpsense.cloud.broker import Broker, free_port
+from dpsense.cloud.config import Settings
+from dpsense.cloud.datasets import paper1_synthetic
+from dpsense.cloud.report import evaluate, scatter_png, sweep_png, write_html
+from dpsense.cloud.simulate import FleetPublisher, calibrate, encode_fleet, save_ground_truth
+from dpsense.cloud.storage import open_analyst_store, open_correction_store
+from dpsense.protocol.fixedpoint import parse_decimal
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,7 @@ def _say(msg: str) -> None:
 def _service(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with open(log, "wb") as f:
-        return subprocess.Popen([sys.executable, "-m", "cloud.cli", *args], env=env,
+        return subprocess.Popen([sys.executable, "-m", "dpsense.cloud.cli", *args], env=env,
                                 stdout=f, stderr=subprocess.STDOUT)
 
 
@@ -166,7 +166,7 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
     rows = []
     if opts.sweep:
         _say("accuracy vs epsilon: the same data through the in-process pipeline at epsilon 0.1, 0.5, 1")
-        from cloud.experiments.paper1 import Paper1Config, run_paper1
+        from dpsense.cloud.experiments.paper1 import Paper1Config, run_paper1
         cfg = Paper1Config(separations=(opts.separation,), epsilons=(0.1, 0.5, 1.0), runs=1, n=opts.n,
                            shape=opts.shape, seed=opts.seed)
         rows = run_paper1(cfg)

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cloud.outliers.dbscan import DBSCANOutliers
+from dpsense.cloud.outliers.dbscan import DBSCANOutliers
 
 
 @dataclass

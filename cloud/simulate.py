@@ -1,7 +1,7 @@
 """A simulated fleet: N virtual devices publishing a data set through the real broker.
 
 Every record is scaled, perturbed, measured, tokenised and encoded by ``shared_protocol``
-exactly as a board does it (``shared_protocol.mechanism.RecordMechanism`` and
+exactly as a board does it (``dpsense.protocol.mechanism.RecordMechanism`` and
 ``firmware/node.py``'s order of messages), then published with QoS 1 under the device's
 own account. The ground truth (raw values and outlier labels) is written next to the
 broker data for evaluation only; no service reads it.
@@ -21,14 +21,14 @@ import numpy as np
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from cloud import topics
-from cloud.broker import Broker
-from cloud.config import Settings
-from shared_protocol import wire
-from shared_protocol.fixedpoint import Affine, parse_decimal
-from shared_protocol.mechanism import Column, RecordMechanism
-from shared_protocol.rng import XorShift32
-from shared_protocol.tokens import new_token
+from dpsense.cloud import topics
+from dpsense.cloud.broker import Broker
+from dpsense.cloud.config import Settings
+from dpsense.protocol import wire
+from dpsense.protocol.fixedpoint import Affine, parse_decimal
+from dpsense.protocol.mechanism import Column, RecordMechanism
+from dpsense.protocol.rng import XorShift32
+from dpsense.protocol.tokens import new_token
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ class FleetError(RuntimeError):
 
 def load_data(args: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(x, outlier, reference)`` from ``--csv`` or the paper-1 generator."""
-    from cloud.datasets import paper1_synthetic
+    from dpsense.cloud.datasets import paper1_synthetic
     csv = getattr(args, "csv", None)
     if csv:
         import csv as csvmod
@@ -214,8 +214,8 @@ def calibrate(reference: np.ndarray, epsilon: str, quantum: float, dbscan_eps: f
     """Deployment parameters from reference (historical) data, never from the data released:
     relaxed sensitivity per column (SPEC 1.3), centre, domain, and the outlier-layer width
     w_O for the correction server (SPEC 1.6.2: spread of the detected outliers' radii)."""
-    from cloud.datasets import relaxed_sensitivity
-    from cloud.outliers.dbscan import DBSCANOutliers
+    from dpsense.cloud.datasets import relaxed_sensitivity
+    from dpsense.cloud.outliers.dbscan import DBSCANOutliers
     rs = relaxed_sensitivity(reference)
     domain = float(np.max(np.abs(reference))) * 1.5 + 1.0
     centre = reference.mean(axis=0)

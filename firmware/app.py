@@ -27,13 +27,14 @@ try:
     from shared_protocol.mechanism import Column, RecordMechanism
     from shared_protocol.rng import UrandomRNG
     from shared_protocol import wire
+    from shared_protocol.config import ConfigError, board_name, validate
 except ImportError:
     from fixedpoint import Affine
     from mechanism import Column, RecordMechanism
     from rng import UrandomRNG
     import wire
+    from config import ConfigError, board_name, validate
 
-from config import ConfigError, board_name, validate
 from ledger import CAPPED, OK, Ledger, frac_text
 from node import Node
 import sensor

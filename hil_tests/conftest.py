@@ -52,12 +52,12 @@ def stand_in(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[str |
     if not request.config.getoption("--stand-in"):
         yield None
         return
-    from tools.flash import micropython_binary
+    from dpsense.tools.flash import micropython_binary
     try:
         micropython_binary()
     except RuntimeError as e:
         pytest.skip(str(e))
-    from tools.ptyboard import PtyBoard
+    from dpsense.tools.ptyboard import PtyBoard
     board = PtyBoard(tmp_path_factory.mktemp("stand-in"))
     board.start()
     try:
@@ -92,7 +92,7 @@ def rig(request: pytest.FixtureRequest, tmp_path, stand_in) -> Iterator[object]:
     if name == "serial":
         yield from _serial_rig(request, tmp_path, board, port, bool(stand_in))
         return
-    from tools.flash import micropython_binary
+    from dpsense.tools.flash import micropython_binary
     try:
         micropython_binary()
     except RuntimeError as e:
@@ -115,7 +115,7 @@ def _running(cloud, r) -> Iterator[object]:
 
 
 def _qemu_rig(tmp_path, board: str) -> Iterator[object]:
-    from tools.qemu import missing_reason
+    from dpsense.tools.qemu import missing_reason
     missing = missing_reason()
     if missing:
         pytest.skip("QEMU micro:bit: %s" % missing)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from cloud import topics
-from shared_protocol import wire
+from dpsense.cloud import topics
+from dpsense.protocol import wire
 
 from .rigs.relay import Publish
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import random
 
-from cloud.privacy.audit import chi_square_discrete_laplace
+from dpsense.cloud.privacy.audit import chi_square_discrete_laplace
 
 from .helpers import column, scaled
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from shared_protocol import wire
+from dpsense.protocol import wire
 
 from .helpers import by_record, by_token, check_resends, column
 from .rigs.relay import publishes

@@ -14,7 +14,7 @@ the analyst (ARCHITECTURE.md, trust zones).
 """
 
 try:
-    from shared_protocol.rng import bit_length
+    from .rng import bit_length
 except ImportError:
     from rng import bit_length
 

@@ -11,7 +11,7 @@ always resynchronises. Pure Python: the micro:bit has neither binascii nor hashl
 """
 
 try:
-    from shared_protocol.wire import ProtocolError
+    from .wire import ProtocolError
 except ImportError:
     from wire import ProtocolError
 

@@ -23,8 +23,8 @@ data, computed by the curator, never from the data being released).
 """
 
 try:
-    from shared_protocol.noise import DiscreteLaplace, scale_for
-    from shared_protocol.distance import distance_difference
+    from .noise import DiscreteLaplace, scale_for
+    from .distance import distance_difference
 except ImportError:
     from noise import DiscreteLaplace, scale_for
     from distance import distance_difference

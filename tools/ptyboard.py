@@ -64,11 +64,7 @@ import tty
 from pathlib import Path
 from typing import Sequence
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from tools.rawrepl import RAW_BANNER  # noqa: E402
+from dpsense.tools.rawrepl import RAW_BANNER
 
 # machine.reset() ends the child with this signal; any other end of the child is a
 # soft reset, since that is what a board does where the unix port exits.
@@ -191,7 +187,7 @@ class PtyBoard:
         if not self.folder.is_dir():
             raise BoardError("board folder %s does not exist" % self.folder)
         if self.micropython is None:
-            from tools.deploy import micropython_binary
+            from dpsense.tools.deploy import micropython_binary
             self.micropython = micropython_binary()
         try:
             self._outer, self._outer_slave = os.openpty()

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from tools.rawrepl import PtyTransport, RawRepl, ReplTimeout
+from dpsense.tools.rawrepl import PtyTransport, RawRepl, ReplTimeout
 
 QEMU = "qemu-system-arm"
 FIRMWARE = Path("/usr/share/firmware-microbit-micropython/firmware.hex")

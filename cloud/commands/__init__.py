@@ -1,1 +1,1 @@
-"""The ``dpsense`` subcommands, one module per area; ``cloud.cli`` holds the table."""
+"""The ``dpsense`` subcommands, one module per area; ``dpsense.cloud.cli`` holds the table."""

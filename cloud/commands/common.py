@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:
     import threading
 
-    from cloud.config import Settings
-    from cloud.ingest.service import Connection
+    from dpsense.cloud.config import Settings
+    from dpsense.cloud.ingest.service import Connection
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -26,7 +26,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
 def settings_from(args: argparse.Namespace) -> "Settings":
     """The service settings of ``args``; a bad value ends the command with status 2 and
     one line naming it (no traceback)."""
-    from cloud.config import Settings
+    from dpsense.cloud.config import Settings
     try:
         return Settings.resolve(data_dir=args.data_dir, broker_host=args.broker_host,
                                 broker_port=args.broker_port, analyst_db=args.analyst_db,
@@ -41,8 +41,8 @@ def connection_for(st: "Settings", user: str, client_id: str) -> "Connection":
     (or DPSENSE_BROKER_PASSWORD when the broker runs elsewhere)."""
     import os
 
-    from cloud.broker import Broker
-    from cloud.ingest.service import Connection
+    from dpsense.cloud.broker import Broker
+    from dpsense.cloud.ingest.service import Connection
     pw = os.environ.get("DPSENSE_BROKER_PASSWORD") or Broker(st.data_dir).password(user)
     return Connection(st.broker_host, st.broker_port, user, pw, client_id)
 
@@ -65,7 +65,7 @@ def parse_ints(name: str, values: tuple[float, ...]) -> tuple[int, ...]:
 
 
 def profile_default(args: argparse.Namespace, st: "Settings", name: str, fallback: float) -> float:
-    from cloud.simulate import load_profile
+    from dpsense.cloud.simulate import load_profile
     v = getattr(args, name)
     if v is not None:
         return float(v)
@@ -85,7 +85,7 @@ class IngestThread:
         self.thread.start()
 
     def _run(self) -> None:
-        from cloud.ingest.service import IngestService
+        from dpsense.cloud.ingest.service import IngestService
         try:
             with self._open() as store:  # type: ignore[attr-defined]
                 make = IngestService.for_analyst if self._role == "analyst" else IngestService.for_correction

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cloud.commands.common import parse_floats
+from dpsense.cloud.commands.common import parse_floats
 
 
 def parser_curator(p: argparse.ArgumentParser) -> None:
@@ -57,9 +57,9 @@ def _do_calibrate(args: argparse.Namespace) -> int:
     import random
     from pathlib import Path
 
-    from cloud.config import Settings
-    from cloud.privacy.accountant import BudgetAccountant, BudgetError
-    from cloud.privacy.calibration import dp_calibrate, load_csv
+    from dpsense.cloud.config import Settings
+    from dpsense.cloud.privacy.accountant import BudgetAccountant, BudgetError
+    from dpsense.cloud.privacy.calibration import dp_calibrate, load_csv
     try:
         if len(args.bounds) != 2:
             raise ValueError("--bounds must be LOWER,UPPER")
@@ -88,8 +88,8 @@ def _do_calibrate(args: argparse.Namespace) -> int:
 def do_curator(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from cloud.config import Settings
-    from cloud.privacy.accountant import BudgetAccountant, BudgetError
+    from dpsense.cloud.config import Settings
+    from dpsense.cloud.privacy.accountant import BudgetAccountant, BudgetError
     if args.area == "calibrate":
         return _do_calibrate(args)
     try:
@@ -180,8 +180,8 @@ def do_query(args: argparse.Namespace) -> int:
     import random
     from pathlib import Path
 
-    from cloud.config import Settings
-    from cloud.privacy.accountant import BudgetAccountant, BudgetError
+    from dpsense.cloud.config import Settings
+    from dpsense.cloud.privacy.accountant import BudgetAccountant, BudgetError
     try:
         x = _query_csv(args.csv)
         acct = None
@@ -190,7 +190,7 @@ def do_query(args: argparse.Namespace) -> int:
             acct = BudgetAccountant(db, create=False)
         rng = random.Random(args.seed) if args.seed is not None else None
         if args.query == "identify":
-            from cloud.privacy.identify import identify
+            from dpsense.cloud.privacy.identify import identify
             if acct is None:
                 raise ValueError("--dataset is required")
             bit = identify(lambda: x, args.record, beta=args.beta, r=args.r, epsilon=args.epsilon,
@@ -199,7 +199,7 @@ def do_query(args: argparse.Namespace) -> int:
             print("guarantee: %s" % ("%g-DP (add/remove one record)" % args.epsilon if args.sp_k is None else
                                      "(%g, %d)-sensitively private" % (args.epsilon, args.sp_k)))
         elif args.query == "count":
-            from cloud.privacy.outlier_count import dp_outlier_count
+            from dpsense.cloud.privacy.outlier_count import dp_outlier_count
             cols = None
             if args.subspace is not None:
                 if any(c != int(c) for c in args.subspace):
@@ -211,7 +211,7 @@ def do_query(args: argparse.Namespace) -> int:
             print("outlier count (subspace %s): %s" % (",".join(map(str, rel.subspace)), rel.value))
             print("guarantee: %s" % rel.guarantee)
         else:
-            from cloud.privacy.subspaces import subspaces_with_counts, top_h_subspaces
+            from dpsense.cloud.privacy.subspaces import subspaces_with_counts, top_h_subspaces
             if args.epsilon_count is None:
                 sel = top_h_subspaces(x, k=args.k, r=args.r, h=args.h, epsilon=args.epsilon_select,
                                       paper_mode=args.paper_mode, accountant=acct, dataset=args.dataset, rng=rng)

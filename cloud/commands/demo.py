@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cloud import __version__
+from dpsense import __version__
 
 
 def parser_demo(p: argparse.ArgumentParser) -> None:
@@ -23,8 +23,8 @@ def parser_demo(p: argparse.ArgumentParser) -> None:
 def do_demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from cloud.broker import BrokerError
-    from cloud.pipeline import DemoError, DemoOptions, run_pipeline_demo
+    from dpsense.cloud.broker import BrokerError
+    from dpsense.cloud.pipeline import DemoError, DemoOptions, run_pipeline_demo
     try:
         opts = DemoOptions(n=args.n, devices=args.devices, separation=args.separation, shape=args.shape,
                            epsilon=args.epsilon, seed=args.seed, out=Path(args.out), sweep=not args.no_sweep)
@@ -46,7 +46,7 @@ def parser_perturb(p: argparse.ArgumentParser) -> None:
 
 
 def do_perturb(args: argparse.Namespace) -> int:
-    from cloud.perturb_summary import SummaryOptions, run_summary
+    from dpsense.cloud.perturb_summary import SummaryOptions, run_summary
     try:
         opts = SummaryOptions(n=args.n, separation=args.separation, shape=args.shape,
                               epsilon=args.epsilon, seed=args.seed)
@@ -61,6 +61,6 @@ def parser_version(p: argparse.ArgumentParser) -> None:
 
 
 def do_version(args: argparse.Namespace) -> int:
-    from shared_protocol import PROTOCOL_VERSION
-    print("dpsense %s (wire protocol v%d)" % (__version__, PROTOCOL_VERSION))
+    from dpsense.protocol import wire
+    print("dpsense %s (wire protocol v%d)" % (__version__, wire.VERSION))
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cloud.commands.common import parse_floats, parse_ints
+from dpsense.cloud.commands.common import parse_floats, parse_ints
 
 
 def parser_experiment(p: argparse.ArgumentParser) -> None:
@@ -95,7 +95,7 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
 
 
 def _do_paper2(args: argparse.Namespace) -> int:
-    from cloud.experiments.paper2 import Paper2Config, main
+    from dpsense.cloud.experiments.paper2 import Paper2Config, main
     try:
         cfg = Paper2Config(datasets=tuple(d.strip() for d in args.datasets.split(",") if d.strip()),
                            epsilons=args.epsilons, ks=parse_ints("--ks", args.ks), beta=args.beta,
@@ -107,7 +107,7 @@ def _do_paper2(args: argparse.Namespace) -> int:
 
 
 def _do_verify(args: argparse.Namespace) -> int:
-    from cloud.experiments.verify import VerifyConfig, main
+    from dpsense.cloud.experiments.verify import VerifyConfig, main
     try:
         cfg = VerifyConfig(n=args.n, separation=args.separation, epsilon_ldp=args.epsilon_ldp,
                            dbscan_eps=args.dbscan_eps, dbscan_min_samples=args.dbscan_min_samples,
@@ -119,7 +119,7 @@ def _do_verify(args: argparse.Namespace) -> int:
 
 
 def _do_paper3(args: argparse.Namespace) -> int:
-    from cloud.experiments.paper3 import Paper3Config, main
+    from dpsense.cloud.experiments.paper3 import Paper3Config, main
     try:
         synth = None if args.full or args.lda_synthetic == 0 else args.lda_synthetic
         cfg = Paper3Config(epsilons=args.epsilons, ks=parse_ints("--ks", args.ks), trials=10 if args.full else args.trials,
@@ -131,7 +131,7 @@ def _do_paper3(args: argparse.Namespace) -> int:
 
 
 def _do_paper4(args: argparse.Namespace) -> int:
-    from cloud.experiments.paper4 import Paper4Config, main
+    from dpsense.cloud.experiments.paper4 import Paper4Config, main
     try:
         if any(h != int(h) for h in args.hs):
             raise ValueError("--hs must be integers")
@@ -153,7 +153,7 @@ def do_experiment(args: argparse.Namespace) -> int:
         return _do_verify(args)
     if args.experiment == "paper3":
         return _do_paper3(args)
-    from cloud.experiments.paper1 import Paper1Config, main
+    from dpsense.cloud.experiments.paper1 import Paper1Config, main
     try:
         cfg = Paper1Config(separations=args.separations, epsilons=args.epsilons, runs=args.runs, n=args.n,
                            shape=args.shape, split=args.split, bound=args.bound, guard=args.guard,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cloud.commands.common import (
+from dpsense.cloud.commands.common import (
     IngestThread,
     add_common,
     connection_for,
@@ -32,7 +32,7 @@ def parser_broker(p: argparse.ArgumentParser) -> None:
 
 def do_broker(args: argparse.Namespace) -> int:
 
-    from cloud.broker import Broker, BrokerError
+    from dpsense.cloud.broker import Broker, BrokerError
     st = settings_from(args)
     b = Broker(st.data_dir, port=st.broker_port, host=st.broker_host)
     try:
@@ -71,10 +71,10 @@ def parser_ingest(p: argparse.ArgumentParser) -> None:
 
 def do_ingest(args: argparse.Namespace) -> int:
 
-    from cloud.broker import BrokerError
-    from cloud.ingest.service import IngestService
-    from cloud.storage import open_analyst_store, open_correction_store
-    from cloud.storage.repository import AnalystStore, CorrectionStore, StorageError
+    from dpsense.cloud.broker import BrokerError
+    from dpsense.cloud.ingest.service import IngestService
+    from dpsense.cloud.storage import open_analyst_store, open_correction_store
+    from dpsense.cloud.storage.repository import AnalystStore, CorrectionStore, StorageError
     st = settings_from(args)
     stop = stop_on_sigterm()
     try:
@@ -106,8 +106,8 @@ def parser_status(p: argparse.ArgumentParser) -> None:
 
 
 def do_status(args: argparse.Namespace) -> int:
-    from cloud.storage import open_analyst_store, open_correction_store
-    from cloud.storage.repository import StorageError
+    from dpsense.cloud.storage import open_analyst_store, open_correction_store
+    from dpsense.cloud.storage.repository import StorageError
     st = settings_from(args)
     try:
         with open_analyst_store(st.analyst_db) as a:
@@ -145,10 +145,10 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
 
 def do_analyst(args: argparse.Namespace) -> int:
 
-    from cloud.analyst import Analyst, AnalystParams
-    from cloud.broker import BrokerError
-    from cloud.storage import open_analyst_store
-    from cloud.storage.repository import StorageError
+    from dpsense.cloud.analyst import Analyst, AnalystParams
+    from dpsense.cloud.broker import BrokerError
+    from dpsense.cloud.storage import open_analyst_store
+    from dpsense.cloud.storage.repository import StorageError
     st = settings_from(args)
     stop = stop_on_sigterm()
     try:
@@ -189,12 +189,12 @@ def parser_correction(p: argparse.ArgumentParser) -> None:
 
 def do_correction(args: argparse.Namespace) -> int:
 
-    from cloud.broker import BrokerError
-    from cloud.correction.rules import CorrectionParams
-    from cloud.correction.server import CorrectionServer
-    from cloud.simulate import load_profile
-    from cloud.storage import open_correction_store
-    from cloud.storage.repository import StorageError
+    from dpsense.cloud.broker import BrokerError
+    from dpsense.cloud.correction.rules import CorrectionParams
+    from dpsense.cloud.correction.server import CorrectionServer
+    from dpsense.cloud.simulate import load_profile
+    from dpsense.cloud.storage import open_correction_store
+    from dpsense.cloud.storage.repository import StorageError
     st = settings_from(args)
     stop = stop_on_sigterm()
     try:
@@ -243,8 +243,8 @@ def parser_gateway(p: argparse.ArgumentParser) -> None:
 
 def do_gateway(args: argparse.Namespace) -> int:
 
-    from cloud.broker import BrokerError
-    from cloud.gateway import run
+    from dpsense.cloud.broker import BrokerError
+    from dpsense.cloud.gateway import run
     st = settings_from(args)
     stop = stop_on_sigterm()
     try:
@@ -273,7 +273,7 @@ def parser_simulate(p: argparse.ArgumentParser) -> None:
 
 
 def do_simulate(args: argparse.Namespace) -> int:
-    from cloud.simulate import FleetError, run_simulation
+    from dpsense.cloud.simulate import FleetError, run_simulation
     try:
         run_simulation(settings_from(args), args)
     except (FleetError, ValueError) as e:

@@ -1,5 +1,5 @@
 """Correction protocol of paper 1 (SPEC 1.5): pure rules per party, and a local runner."""
-from cloud.correction.rules import (
+from dpsense.cloud.correction.rules import (
     BOUNDS,
     SPLITS,
     CorrectionParams,

@@ -18,10 +18,10 @@ import numpy as np
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from cloud import topics
-from cloud.correction import messages as msg
-from cloud.correction.rules import CorrectionParams, RowReduction, Split, false_negatives, split_presumed
-from cloud.ingest.service import Connection
+from dpsense.cloud import topics
+from dpsense.cloud.correction import messages as msg
+from dpsense.cloud.correction.rules import CorrectionParams, RowReduction, Split, false_negatives, split_presumed
+from dpsense.cloud.ingest.service import Connection
 
 
 @dataclass

@@ -4,7 +4,7 @@
 
 The discrete Laplace distribution with scale ``b`` (in quanta) has pmf
 ``P(y) = tanh(1/(2b)) * exp(-|y|/b)`` on the integers, the distribution that
-``shared_protocol.noise.DiscreteLaplace`` samples exactly with integer arithmetic. Here
+``dpsense.protocol.noise.DiscreteLaplace`` samples exactly with integer arithmetic. Here
 it is drawn as the difference of two i.i.d. geometric variables with success
 probability ``p = 1 - exp(-1/b)``: ``P(G1 - G2 = y) = (1-q)/(1+q) * q^|y|`` with
 ``q = exp(-1/b)``, which is the same pmf. The law is exact; the draw inherits numpy's

@@ -29,10 +29,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from cloud.correction.rules import CorrectionParams, run_protocol
-from cloud.datasets import SHAPES, paper1_synthetic, relaxed_sensitivity
-from cloud.experiments.noise import discrete_laplace
-from cloud.outliers.dbscan import DBSCANOutliers
+from dpsense.cloud.correction.rules import CorrectionParams, run_protocol
+from dpsense.cloud.datasets import SHAPES, paper1_synthetic, relaxed_sensitivity
+from dpsense.cloud.experiments.noise import discrete_laplace
+from dpsense.cloud.outliers.dbscan import DBSCANOutliers
 
 METHODS = ("raw", "global", "relaxed", "corrected", "unguarded")
 METHOD_LABELS = {

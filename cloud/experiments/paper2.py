@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cloud.privacy.identify import (
+from dpsense.cloud.privacy.identify import (
     DPAnomalyIdentification,
     SPAnomalyIdentification,
     ball_and_copies_many,
@@ -115,7 +115,7 @@ def synthetic(n: int, background: float, seed: int) -> np.ndarray:
 
 def ionosphere() -> np.ndarray:
     """UCI Ionosphere, constant columns dropped, each column z-scored."""
-    from cloud.datasets import load_ionosphere
+    from dpsense.cloud.datasets import load_ionosphere
     x, _ = load_ionosphere()
     sd = x.std(axis=0)
     keep = sd > 0

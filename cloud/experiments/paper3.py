@@ -15,7 +15,7 @@ clipped, categoricals argmaxed), for non-private PCA, DP-PCA, LAP and EXP; LAP a
 do not depend on k. DP-LDA: 2/3 of the rows (random per trial) are the private training
 data, the rest the test set; LDA and an entropy decision tree (the C4.5 stand-in) are
 trained on the synthetic records. The noise comes from numpy generators (fast float
-samplers; experiments only, see :mod:`cloud.privacy.publishing`).
+samplers; experiments only, see :mod:`dpsense.cloud.privacy.publishing`).
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cloud.privacy.lda import dp_lda_synthesise
-from cloud.privacy.publishing import (
+from dpsense.cloud.privacy.lda import dp_lda_synthesise
+from dpsense.cloud.privacy.publishing import (
     Schema,
     dp_pca_publish,
     exponential_publish,
@@ -188,10 +188,10 @@ def run_lda(cfg: Paper3Config, x: np.ndarray, y: np.ndarray, schema: Schema,
 
 def run_paper3(cfg: Paper3Config, progress: Callable[[str], None] | None = None,
                rows: Sequence[dict[str, object]] | None = None) -> tuple[list[PCARow], list[LDARow], dict[str, object]]:
-    """Both experiments; ``rows`` defaults to :func:`cloud.datasets.load_adult`."""
+    """Both experiments; ``rows`` defaults to :func:`dpsense.cloud.datasets.load_adult`."""
     say = progress or (lambda s: None)
     if rows is None:
-        from cloud.datasets import load_adult
+        from dpsense.cloud.datasets import load_adult
         rows = load_adult()
     if cfg.n is not None and cfg.n < len(rows):
         idx = np.random.default_rng([cfg.seed, 5]).choice(len(rows), cfg.n, replace=False)
@@ -325,7 +325,7 @@ def write_outputs(cfg: Paper3Config, pca_rows: Sequence[PCARow], lda_rows: Seque
 
 def main(cfg: Paper3Config, out_dir: str) -> int:
     """Run, write the outputs and report progress on stderr."""
-    from cloud.datasets import DataNotInstalled
+    from dpsense.cloud.datasets import DataNotInstalled
 
     def say(line: str) -> None:
         print("paper3: " + line, file=sys.stderr, flush=True)

@@ -1,7 +1,7 @@
 """Paper 4 (Okada et al. 2015) experiments, SPEC 4.9: Scenario 1 (noise of the DP outlier count)
 and Scenario 2 (precision/recall of the DP top-h subspaces).
 
-    python -m cloud.cli experiment paper4 --scenario 1 --out out/paper4
+    python -m dpsense.cloud.cli experiment paper4 --scenario 1 --out out/paper4
 
 Scenario 1 (Synthetic 1, Adult 1; Figs. 3-4): per epsilon, the standard deviation of
 the noise of each count mechanism, averaged over ``draws`` data draws:
@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cloud.privacy.mechanisms import PaperModeWarning, SmoothSensitivityGaussian
-from cloud.privacy.outlier_count import global_sensitivity, smooth_bound, subspace_degrees
-from cloud.privacy.subspaces import coefficient, utilities
+from dpsense.cloud.privacy.mechanisms import PaperModeWarning, SmoothSensitivityGaussian
+from dpsense.cloud.privacy.outlier_count import global_sensitivity, smooth_bound, subspace_degrees
+from dpsense.cloud.privacy.subspaces import coefficient, utilities
 
 #: Adult columns (SPEC 4.9 ambiguity: the paper's 7 are unknown). Default: the 5 continuous
 #: attributes without fnlwgt, plus sex == Male and race == White (a guess, configurable).
@@ -125,7 +125,7 @@ def adult_matrix(columns: Sequence[str], positive: str) -> tuple[np.ndarray, np.
     """All Adult rows, chosen columns z-scored over the whole set; returns (x, is_positive)."""
     key = "adult|%s|%s" % (",".join(columns), positive)
     if key not in _CACHE:
-        from cloud.datasets import load_adult
+        from dpsense.cloud.datasets import load_adult
         rows = load_adult()
         cols = []
         for c in columns:
@@ -144,7 +144,7 @@ def adult_matrix(columns: Sequence[str], positive: str) -> tuple[np.ndarray, np.
 def ionosphere_matrix() -> tuple[np.ndarray, np.ndarray]:
     """Ionosphere (UCI 34-column layout, constant column 2 left at 0), z-scored; (x, good)."""
     if "iono" not in _CACHE:
-        from cloud.datasets import load_ionosphere
+        from dpsense.cloud.datasets import load_ionosphere
         x, good = load_ionosphere(uci_layout=True)
         _CACHE["iono"] = (_zscore(x), good)
     return _CACHE["iono"]

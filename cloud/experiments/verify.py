@@ -4,7 +4,7 @@
     res = run_verify(cfg)
     write_outputs(cfg, res, "out/verify")
 
-Step 1 (paper 1, in-process, as :func:`cloud.experiments.paper1.run_window`): the
+Step 1 (paper 1, in-process, as :func:`dpsense.cloud.experiments.paper1.run_window`): the
 window is perturbed with the relaxed sensitivity at ``epsilon_ldp`` per column, the
 analyst runs DBSCAN on the perturbed data (O'), and the correction protocol returns
 the candidate set R.
@@ -39,12 +39,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cloud.correction.rules import run_protocol
-from cloud.datasets import paper1_synthetic
-from cloud.experiments.noise import discrete_laplace
-from cloud.experiments.paper1 import Paper1Config, _dbscan, _history
-from cloud.outliers.distance import BetaRAnomalies
-from cloud.privacy.identify import (
+from dpsense.cloud.correction.rules import run_protocol
+from dpsense.cloud.datasets import paper1_synthetic
+from dpsense.cloud.experiments.noise import discrete_laplace
+from dpsense.cloud.experiments.paper1 import Paper1Config, _dbscan, _history
+from dpsense.cloud.outliers.distance import BetaRAnomalies
+from dpsense.cloud.privacy.identify import (
     DPAnomalyIdentification,
     SPAnomalyIdentification,
     ball_and_copies_many,

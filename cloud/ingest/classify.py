@@ -5,10 +5,10 @@ device's own readings topic; the correction server accepts only correction recor
 """
 from __future__ import annotations
 
-from cloud import topics
-from cloud.storage.repository import Correction, DeadLetter, Reading
-from shared_protocol import wire
-from shared_protocol.wire import ProtocolError
+from dpsense.cloud import topics
+from dpsense.cloud.storage.repository import Correction, DeadLetter, Reading
+from dpsense.protocol import wire
+from dpsense.protocol.wire import ProtocolError
 
 
 def classify_reading(topic: str, payload: bytes, received_at: float) -> Reading | DeadLetter:

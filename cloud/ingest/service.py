@@ -25,9 +25,9 @@ from typing import Any, Callable
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from cloud import topics
-from cloud.ingest.classify import classify_correction, classify_reading
-from cloud.storage.repository import DeadLetter
+from dpsense.cloud import topics
+from dpsense.cloud.ingest.classify import classify_correction, classify_reading
+from dpsense.cloud.storage.repository import DeadLetter
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from sklearn.neighbors import KDTree
 
-from cloud.outliers._base import check_int, check_points, check_real, labels_from_mask
+from dpsense.cloud.outliers._base import check_int, check_points, check_real, labels_from_mask
 
 #: Rows per tree query. Each query returns only one count per row, so the chunk bounds the
 #: temporaries of the query (there is no neighbourhood list) and is the unit of threading.

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 from sklearn.neighbors import KDTree
 
-from cloud.outliers._base import check_int, check_points, check_real, labels_from_mask
-from cloud.outliers.dbscan import counts_within
+from dpsense.cloud.outliers._base import check_int, check_points, check_real, labels_from_mask
+from dpsense.cloud.outliers.dbscan import counts_within
 
 METRICS = ("euclidean", "normalised")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from shared_protocol.noise import DiscreteLaplace, bernoulli_exp
+from dpsense.protocol.noise import DiscreteLaplace, bernoulli_exp
 
 from .validation import Rng
 

@@ -27,15 +27,15 @@ SPEC 2.5). Both are closed forms in two integers: ``b = B_x(i, r)`` and
 
 Sampling is exact, with no floating-point number formed from the data: the flip is
 ``Bernoulli(exp(-epsilon Delta)) AND Bernoulli(1 / (1 + exp(-epsilon)))``, the first
-by ``shared_protocol.noise.bernoulli_exp`` with the rational ``epsilon * Delta``, the
+by ``dpsense.protocol.noise.bernoulli_exp`` with the rational ``epsilon * Delta``, the
 second by rejection (fair coin proposes 1, or proposes 0 and accepts it with an exact
 ``Bernoulli(exp(-epsilon))``). Its probability is exactly ``e(Delta)`` for the
 rational ``epsilon`` (floats are read as the decimal they print as, see
-:mod:`cloud.privacy.validation`).
+:mod:`dpsense.cloud.privacy.validation`).
 
 Accounting: the DP mechanism costs ``epsilon`` of ``epsilon``-DP. The SP mechanism
 costs ``epsilon`` of ``(epsilon, k)``-sensitive privacy, a *weaker* guarantee than DP
-for non-sensitive records. :class:`~cloud.privacy.accountant.BudgetAccountant` adds
+for non-sensitive records. :class:`~dpsense.cloud.privacy.accountant.BudgetAccountant` adds
 epsilons; a total mixing DP and SP spends is an SP guarantee for the intersection of
 the graphs (SPEC 2.2, Claim 3), not a DP guarantee. Keep SP queries under a data set
 name of their own (e.g. ``"sensors-sp"``) when the DP total must stay a DP statement.
@@ -51,7 +51,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from shared_protocol.noise import bernoulli_exp
+from dpsense.protocol.noise import bernoulli_exp
 
 from .accountant import BudgetAccountant
 from .mechanisms import Mechanism

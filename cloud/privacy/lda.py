@@ -4,7 +4,7 @@ greedy synthesis of labelled records.
     syn = dp_lda_synthesise(x, y, schema=schema, epsilon=1.0)
 
 The data layout, the sensitivities and the shared noise helpers are those of
-``cloud.privacy.publishing`` (its module docstring derives them); ``lda_sensitivity``
+``dpsense.cloud.privacy.publishing`` (its module docstring derives them); ``lda_sensitivity``
 there is the L1 sensitivity of the class sums used here. Replace-one neighbours.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from cloud.privacy.publishing import (
+from dpsense.cloud.privacy.publishing import (
     Data,
     Noise,
     Schema,

@@ -8,7 +8,7 @@
 Every mechanism states its guarantee, the neighbouring relation it assumes, and its
 cost as ``privacy_cost() -> (epsilon, delta)`` for the accountant. Randomness comes
 from ``rng`` (anything with ``getrandbits``; ``None`` means ``secrets.SystemRandom()``).
-Additive noise is an exact integer on a grid (see :mod:`cloud.privacy.discrete`), and
+Additive noise is an exact integer on a grid (see :mod:`dpsense.cloud.privacy.discrete`), and
 the exponential mechanism accepts candidates with exact Bernoulli trials, so no
 floating-point rounding depends on the data.
 
@@ -28,8 +28,8 @@ from typing import Literal, overload
 
 import numpy as np
 
-from shared_protocol.noise import DiscreteLaplace, bernoulli_exp
-from shared_protocol.rng import uniform_below
+from dpsense.protocol.noise import DiscreteLaplace, bernoulli_exp
+from dpsense.protocol.rng import uniform_below
 
 from .discrete import (
     default_granularity,
@@ -438,7 +438,7 @@ class Exponential(Mechanism):
     -----
     Sampling is exact: propose ``i`` uniformly and accept with probability
     ``exp(-c (u_max - u_i))``, a Bernoulli trial on exact rationals
-    (``shared_protocol.noise.bernoulli_exp``). The best candidate is accepted with
+    (``dpsense.protocol.noise.bernoulli_exp``). The best candidate is accepted with
     probability 1, so the expected number of proposals is at most the number of
     candidates. Utilities are read as the exact rationals their floats hold.
     The running time depends on the utilities: do not release it.

@@ -18,7 +18,7 @@ Two mechanisms, both (epsilon, delta)-DP by default:
   **not a DP guarantee for d >= 2** (the true GS can be larger; for d = 2 it is
   5k + 1 empirically, SPEC 4.3).
 * ``method="smooth"``: the NRS Gaussian ``q + (S(X)/alpha) Z`` with the beta-smooth
-  bound ``S`` of :mod:`cloud.privacy.smooth` (exact ball counts for ``|S| <= 2``).
+  bound ``S`` of :mod:`dpsense.cloud.privacy.smooth` (exact ball counts for ``|S| <= 2``).
   For ``|S| > 2`` the ball count ``C_t`` is replaced by the size of the whole level
   set ``|{x : |deg(x) - m| <= t}|``, which is larger, still a bound by Theorem 6,
   and still beta-smooth (each other degree moves by at most 1 and one record
@@ -131,7 +131,7 @@ def project(X: object, subspace: object = None) -> np.ndarray:
 def subspace_degrees(Xs: np.ndarray, r: float) -> np.ndarray:
     """``deg(x)`` in the normalised metric of the (already projected) ``Xs``.
 
-    Same arithmetic as :func:`cloud.privacy.smooth.degrees` for every dimension,
+    Same arithmetic as :func:`dpsense.cloud.privacy.smooth.degrees` for every dimension,
     so counts and bounds agree on boundary cases; rows in chunks to bound memory.
     """
     a = _check_data(Xs)
@@ -230,7 +230,7 @@ def dp_outlier_count(X: object, *, k: int, r: float, epsilon: object, delta: obj
         Global method only. ``"lower"`` is the paper's baseline and NOT a DP
         guarantee for ``|S| >= 2``; it cannot be charged.
     calibration : {"zcdp", "classical"}
-        Global method only, see :class:`~cloud.privacy.mechanisms.Gaussian`.
+        Global method only, see :class:`~dpsense.cloud.privacy.mechanisms.Gaussian`.
     paper_mode : bool
         Smooth method only: the printed calibration, NOT differentially private;
         refused when an accountant is given.

@@ -1,6 +1,6 @@
 """Differentially private data publishing by component analysis (Jiang et al. 2013, SPEC 3).
 
-DP-PCA and the LAP/EXP baselines here; DP-LDA synthetic data in ``cloud.privacy.lda``.
+DP-PCA and the LAP/EXP baselines here; DP-LDA synthetic data in ``dpsense.cloud.privacy.lda``.
 
     schema = Schema(bounds=((17, 90), (1, 16)), levels=(2,))     # 2 numeric columns, one 2-level categorical
     rel = dp_pca_publish(x, schema=schema, epsilon=1.0, k=2)      # rows one-to-one with x
@@ -37,7 +37,7 @@ number of categorical variables, ``p = p1 + sum(levels)``):
 Without categoricals these are ``p``, ``p(p+1)/2`` and ``p``, the paper's values.
 
 Randomness: ``rng=None`` or any object with ``getrandbits`` releases through the exact
-samplers of :mod:`cloud.privacy.mechanisms` (one draw per released number; a few
+samplers of :mod:`dpsense.cloud.privacy.mechanisms` (one draw per released number; a few
 microseconds each). ``rng`` may instead be a ``numpy.random.Generator``: the noise is
 then float Laplace / inverse-CDF sampling from numpy, which is fast and has the right
 distribution but is **for experiments only** (floating-point samplers leak through

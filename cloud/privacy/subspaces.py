@@ -153,7 +153,7 @@ def top_h_subspaces(X: object, *, k: int, r: float, h: int, epsilon: object,
     paper_mode : bool
         Printed calibration: 2 epsilon-DP, charged 2 epsilon.
     accountant, dataset, rng, query
-        As for :func:`cloud.privacy.outlier_count.dp_outlier_count`.
+        As for :func:`dpsense.cloud.privacy.outlier_count.dp_outlier_count`.
 
     Returns
     -------

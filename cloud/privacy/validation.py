@@ -36,7 +36,7 @@ class Rng(Protocol):
     """The one method every random source provides: ``getrandbits(k)`` for ``k <= 30``.
 
     Met by ``secrets.SystemRandom()`` (the default), ``random.Random(seed)`` and
-    ``shared_protocol.rng.XorShift32(seed)``.
+    ``dpsense.protocol.rng.XorShift32(seed)``.
     """
 
     def getrandbits(self, k: int, /) -> int: ...

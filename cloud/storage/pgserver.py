@@ -3,7 +3,7 @@
     with temporary_postgres() as url:                   # postgresql://dpsense:...@127.0.0.1:PORT/postgres
         store = open_analyst_store(create_database(url, "analyst"))
 
-    python -m cloud.storage.pgserver                    # prints a URL, serves until Ctrl-C
+    python -m dpsense.cloud.storage.pgserver                    # prints a URL, serves until Ctrl-C
 
 It needs the server binaries of the Debian package ``postgresql`` (``initdb`` and ``pg_ctl`` in
 ``/usr/lib/postgresql/<version>/bin``). The cluster lives in a fresh temporary directory, listens

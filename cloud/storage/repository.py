@@ -33,7 +33,7 @@ from typing import Any, NamedTuple, Self
 import numpy as np
 import numpy.typing as npt
 
-from shared_protocol import wire
+from dpsense.protocol import wire
 
 CONFLICTING_DUPLICATE = "conflicting duplicate"
 

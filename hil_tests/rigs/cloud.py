@@ -24,10 +24,10 @@ from typing import Callable
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from cloud import topics
-from cloud.broker import Broker, free_port
-from cloud.storage import open_analyst_store, open_correction_store
-from cloud.storage.repository import Gap, Reading
+from dpsense.cloud import topics
+from dpsense.cloud.broker import Broker, free_port
+from dpsense.cloud.storage import open_analyst_store, open_correction_store
+from dpsense.cloud.storage.repository import Gap, Reading
 
 from .relay import TcpRelay
 
@@ -64,7 +64,7 @@ class CloudSide:
         log = open(self.dir / ("ingest-%s.log" % role), "ab")
         with log:
             self._ingest[role] = subprocess.Popen(
-                [sys.executable, "-m", "cloud.cli", "ingest", "--role", role,
+                [sys.executable, "-m", "dpsense.cloud.cli", "ingest", "--role", role,
                  "--data-dir", str(self.dir), "--broker-port", str(self.broker.port),
                  "--analyst-db", "sqlite:///%s" % self.analyst_db,
                  "--correction-db", "sqlite:///%s" % self.correction_db, "--batch-size", "200"],

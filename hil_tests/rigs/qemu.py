@@ -29,12 +29,12 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from tools.flash import BOARDS as FLASH_BOARDS
-from tools.flash import (MICROBIT_BOOT_FILES, MICROBIT_FILES, check_imports, deploy, plan,
+from dpsense.tools.flash import BOARDS as FLASH_BOARDS
+from dpsense.tools.flash import (MICROBIT_BOOT_FILES, MICROBIT_FILES, check_imports, deploy, plan,
                          resolve_sources)
-from tools.microbit import BoardConfigError, boot_microbit_node, check_microbit_config
-from tools.provision import config_file
-from tools.qemu import QemuMicrobit
+from dpsense.tools.microbit import BoardConfigError, boot_microbit_node, check_microbit_config
+from dpsense.tools.provision import config_file
+from dpsense.tools.qemu import QemuMicrobit
 
 from . import RigError
 from .cloud import CloudSide

@@ -49,10 +49,10 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from tools.flash import BOARDS as FLASH_BOARDS
-from tools.flash import board_uploads, check_imports, default_uploads, deploy, importable
-from tools.provision import board_digests, host_digest
-from tools.rawrepl import RawRepl, ReplError
+from dpsense.tools.flash import BOARDS as FLASH_BOARDS
+from dpsense.tools.flash import board_uploads, check_imports, default_uploads, deploy, importable
+from dpsense.tools.provision import board_digests, host_digest
+from dpsense.tools.rawrepl import RawRepl, ReplError
 
 from . import BOARDS, RigError
 from .cloud import CloudSide

@@ -114,7 +114,7 @@ class TapRig(ABC):
             log.flush()
             self._pos = log.tell()
             self.gateway = subprocess.Popen(
-                [sys.executable, "-m", "cloud.cli", "gateway", "--port", os.ttyname(self._slave),
+                [sys.executable, "-m", "dpsense.cloud.cli", "gateway", "--port", os.ttyname(self._slave),
                  "--device-id", str(config["device_id"]), "--data-dir", str(self.cloud.dir),
                  "--broker-host", config["broker_host"], "--broker-port", str(config["broker_port"]),
                  # a connection whose PUBACKs the relay drops is given up within ~2 s

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cloud.correction import (
+from dpsense.cloud.correction import (
     CorrectionParams,
     RowReduction,
     false_negatives,

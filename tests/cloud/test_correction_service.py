@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cloud.correction import messages as msg
-from cloud.correction.rules import CorrectionParams, reduce_rows, run_protocol
-from cloud.correction.server import CorrectionRounds
+from dpsense.cloud.correction import messages as msg
+from dpsense.cloud.correction.rules import CorrectionParams, reduce_rows, run_protocol
+from dpsense.cloud.correction.server import CorrectionRounds
 
 
 def _window(n: int = 2000, seed: int = 4):
@@ -84,8 +84,8 @@ def test_bad_messages_get_an_error_reply_not_a_crash():
 
 @pytest.mark.parametrize("detector", ["dbscan", "kr", "beta_r"])
 def test_analyst_detectors_find_an_isolated_reading(detector):
-    from cloud.analyst import Analyst, AnalystParams
-    from cloud.ingest.service import Connection
+    from dpsense.cloud.analyst import Analyst, AnalystParams
+    from dpsense.cloud.ingest.service import Connection
     rng = np.random.default_rng(1)
     values = np.vstack([rng.normal(0, 1, (300, 2)), [[40.0, 40.0]]])
     a = Analyst(Connection("127.0.0.1", 1, "analyst", "x", "t"), lambda: None,
@@ -95,6 +95,6 @@ def test_analyst_detectors_find_an_isolated_reading(detector):
 
 
 def test_analyst_rejects_an_unknown_detector():
-    from cloud.analyst import AnalystParams
+    from dpsense.cloud.analyst import AnalystParams
     with pytest.raises(ValueError):
         AnalystParams(eps_q=1.0, min_samples=5, detector="iforest")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from cloud.gateway import Gateway
-from shared_protocol import wire
-from shared_protocol.framing import frame
+from dpsense.cloud.gateway import Gateway
+from dpsense.protocol import wire
+from dpsense.protocol.framing import frame
 
 TOKEN = bytes(range(8))
 READING = wire.encode_reading(7, 1, 0, TOKEN, 3, [1200, -5])
@@ -189,7 +189,7 @@ def _pico_app(tmp_path, rows, gw, up):
     from tests.portable import fwutil
     from app import App
     from boards import pico
-    from config import validate
+    from dpsense.protocol.config import validate
 
     cfg = validate({
         "board": "pico", "device_id": 7,

@@ -6,7 +6,7 @@ import pytest
 from sklearn.cluster import DBSCAN
 from sklearn.neighbors import KDTree
 
-from cloud.outliers import BetaRAnomalies, DBSCANOutliers, DistanceOutliers
+from dpsense.cloud.outliers import BetaRAnomalies, DBSCANOutliers, DistanceOutliers
 
 
 def _sklearn_noise(x, eps, min_samples):

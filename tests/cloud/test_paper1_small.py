@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cloud import cli
-from cloud.experiments.noise import discrete_laplace, discrete_laplace_pmf
-from cloud.experiments.paper1 import Paper1Config, markdown, run_paper1, summarise
+from dpsense.cloud import cli
+from dpsense.cloud.experiments.noise import discrete_laplace, discrete_laplace_pmf
+from dpsense.cloud.experiments.paper1 import Paper1Config, markdown, run_paper1, summarise
 
 SEPS = (220.0, 400.0)
 EPS = (0.1, 0.5, 1.0)

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cloud import cli
-from cloud.datasets import DataNotInstalled
-from cloud.experiments.paper2 import Paper2Config, evaluate, ionosphere, run_paper2, synthetic
-from cloud.experiments.verify import VerifyConfig, lines_by, run_verify
+from dpsense.cloud import cli
+from dpsense.cloud.datasets import DataNotInstalled
+from dpsense.cloud.experiments.paper2 import Paper2Config, evaluate, ionosphere, run_paper2, synthetic
+from dpsense.cloud.experiments.verify import VerifyConfig, lines_by, run_verify
 
 EPS = (0.1, 0.5, 1.0, 2.0)
 

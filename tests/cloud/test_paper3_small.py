@@ -10,16 +10,16 @@ import math
 import numpy as np
 import pytest
 
-from cloud import cli
-from cloud.datasets import DataNotInstalled
+from dpsense.cloud import cli
+from dpsense.cloud.datasets import DataNotInstalled
 
-paper3 = pytest.importorskip("cloud.experiments.paper3")
+paper3 = pytest.importorskip("dpsense.cloud.experiments.paper3")
 
 
 @pytest.fixture(scope="module")
 def result():
     try:
-        from cloud.datasets import load_adult
+        from dpsense.cloud.datasets import load_adult
         rows = load_adult()
     except DataNotInstalled as e:
         pytest.skip(str(e))

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from cloud import cli
-from cloud.experiments.paper4 import (
+from dpsense.cloud import cli
+from dpsense.cloud.experiments.paper4 import (
     Paper4Config, gumbel_top_h, markdown1, markdown2, run_scenario1, run_scenario2, summarise1, summarise2)
-from cloud.privacy.subspaces import selection_probabilities
+from dpsense.cloud.privacy.subspaces import selection_probabilities
 
 
 @pytest.fixture(scope="module")

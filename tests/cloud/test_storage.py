@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cloud.storage import (
+from dpsense.cloud.storage import (
     CONFLICTING_DUPLICATE,
     AnalystStore,
     Correction,
@@ -28,7 +28,7 @@ from cloud.storage import (
     open_correction_store,
     open_store,
 )
-from shared_protocol import wire
+from dpsense.protocol import wire
 
 _DATABASE_NUMBERS = itertools.count()
 
@@ -39,7 +39,7 @@ def new_url(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], str]
     if request.param == "sqlite":
         files = itertools.count()
         return lambda: "sqlite:///%s/store%d.db" % (tmp_path, next(files))
-    from cloud.storage.pgserver import create_database
+    from dpsense.cloud.storage.pgserver import create_database
     server = request.getfixturevalue("postgres_url")
     return lambda: create_database(server, "test%d" % next(_DATABASE_NUMBERS))
 
@@ -308,7 +308,7 @@ def test_correction_store_has_no_device_column(new_url: Callable[[], str]) -> No
 def test_postgres_store_reconnects_after_losing_its_connection(postgres_url: str) -> None:
     import psycopg
 
-    from cloud.storage.pgserver import create_database
+    from dpsense.cloud.storage.pgserver import create_database
     url = create_database(postgres_url, "reconnect%d" % next(_DATABASE_NUMBERS))
     with open_analyst_store(url) as store:
         store.add_batch([reading(7, 1, 0)], [])
@@ -322,7 +322,7 @@ def test_postgres_store_reconnects_after_losing_its_connection(postgres_url: str
 
 
 def test_missing_postgres_names_the_debian_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cloud.storage import pgserver
+    from dpsense.cloud.storage import pgserver
     monkeypatch.setattr(pgserver, "SEARCH_GLOB", "/nonexistent/*/bin")
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(pgserver.PostgresNotFound, match="Debian package `postgresql`"):
@@ -388,7 +388,7 @@ def test_bad_urls_are_refused(url: str) -> None:
 
 _WRITER = r"""
 import sys, time
-from cloud.storage import Reading, open_analyst_store
+from dpsense.cloud.storage import Reading, open_analyst_store
 url, size = sys.argv[1], int(sys.argv[2])
 store = open_analyst_store(url)
 seq = 0

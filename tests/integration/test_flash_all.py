@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.procs import stop
-from tools.qemu import missing_reason
+from dpsense.tools.qemu import missing_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 _MISSING = missing_reason()
@@ -85,7 +85,7 @@ def test_flash_all_then_gateway_brings_readings_to_the_database(tmp_path: Path) 
         gw_log = tmp_path / "gateway.log"
         with open(gw_log, "wb") as out:
             gw = subprocess.Popen(
-                [sys.executable, "-m", "cloud.cli", "gateway", "--port", pty, "--device-id", "7",
+                [sys.executable, "-m", "dpsense.cloud.cli", "gateway", "--port", pty, "--device-id", "7",
                  "--data-dir", str(cloud.dir), "--broker-port", str(cloud.broker.port)],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         procs.append(gw)

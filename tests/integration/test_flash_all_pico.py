@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.procs import stop
-from tools.deploy import micropython_binary
+from dpsense.tools.deploy import micropython_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 40
@@ -38,7 +38,7 @@ def test_flash_all_pico_then_gateway_on_its_port(tmp_path: Path) -> None:
     except RuntimeError as e:
         pytest.skip(str(e))
     from hil_tests.rigs.cloud import CloudSide
-    from tools.ptyboard import PtyBoard
+    from dpsense.tools.ptyboard import PtyBoard
 
     conf = tmp_path / "pico.json"
     conf.write_text(json.dumps({
@@ -70,7 +70,7 @@ def test_flash_all_pico_then_gateway_on_its_port(tmp_path: Path) -> None:
             gw_log = tmp_path / "gateway.log"
             with open(gw_log, "wb") as out:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "cloud.cli", "gateway", "--port", board.pty,
+                    [sys.executable, "-m", "dpsense.cloud.cli", "gateway", "--port", board.pty,
                      "--device-id", "9", "--data-dir", str(cloud.dir),
                      "--broker-port", str(cloud.broker.port)],
                     cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT))

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from paho.mqtt.enums import CallbackAPIVersion
 
-from cloud import topics
-from cloud.broker import Broker, free_port
-from cloud.ingest.classify import classify_reading
-from cloud.ingest.service import Connection, IngestService
-from cloud.storage import open_analyst_store
-from cloud.storage.repository import DeadLetter
-from shared_protocol import wire
+from dpsense.cloud import topics
+from dpsense.cloud.broker import Broker, free_port
+from dpsense.cloud.ingest.classify import classify_reading
+from dpsense.cloud.ingest.service import Connection, IngestService
+from dpsense.cloud.storage import open_analyst_store
+from dpsense.cloud.storage.repository import DeadLetter
+from dpsense.protocol import wire
 from tests import vectors
 
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
@@ -58,7 +58,7 @@ def _ingest_proc(broker: Broker, url: str, log: Path) -> subprocess.Popen[bytes]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with open(log, "ab") as f:
         return subprocess.Popen(
-            [sys.executable, "-m", "cloud.cli", "ingest", "--role", "analyst", "--data-dir",
+            [sys.executable, "-m", "dpsense.cloud.cli", "ingest", "--role", "analyst", "--data-dir",
              str(broker.dir.parent), "--broker-port", str(broker.port), "--analyst-db", url,
              "--batch-size", "200"],
             env=env, stdout=subprocess.DEVNULL, stderr=f)
@@ -76,7 +76,7 @@ def _count(url: str) -> int:
 def store_url(request, tmp_path):
     if request.param == "sqlite":
         return "sqlite:///%s" % (tmp_path / "analyst.db")
-    from cloud.storage.pgserver import create_database
+    from dpsense.cloud.storage.pgserver import create_database
     return create_database(request.getfixturevalue("postgres_url"), "ingest_%s" % tmp_path.name.lower()[-20:])
 
 

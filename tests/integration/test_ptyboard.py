@@ -19,9 +19,9 @@ from typing import Iterator
 
 import pytest
 
-from tools.deploy import micropython_binary
-from tools.ptyboard import PtyBoard
-from tools.rawrepl import RawRepl, RawReplError, Transport
+from dpsense.tools.deploy import micropython_binary
+from dpsense.tools.ptyboard import PtyBoard
+from dpsense.tools.rawrepl import RawRepl, RawReplError, Transport
 
 ROOT = Path(__file__).resolve().parents[2]
 

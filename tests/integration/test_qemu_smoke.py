@@ -14,12 +14,12 @@ from typing import Iterator
 
 import pytest
 
-from shared_protocol.fixedpoint import Affine
-from shared_protocol.noise import DiscreteLaplace
-from shared_protocol.rng import XorShift32
-from tools.flash import BOARDS, check_imports, deploy, plan, resolve_sources
-from tools.qemu import QemuMicrobit, missing_reason
-from tools.rawrepl import RawRepl, RawReplError, ReplTimeout, Transport
+from dpsense.protocol.fixedpoint import Affine
+from dpsense.protocol.noise import DiscreteLaplace
+from dpsense.protocol.rng import XorShift32
+from dpsense.tools.flash import BOARDS, check_imports, deploy, plan, resolve_sources
+from dpsense.tools.qemu import QemuMicrobit, missing_reason
+from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplTimeout, Transport
 
 _MISSING = missing_reason()
 pytestmark = [pytest.mark.qemu,
@@ -178,9 +178,9 @@ def test_microbit_node_writes_what_node_py_writes(board: SimpleNamespace) -> Non
     rng.XorShift32), byte for byte. The call chain (run -> sample -> _bexp -> getrandbits)
     is one deeper than with the micro:bit's native random.getrandbits."""
 
-    from shared_protocol.rng import fmix32
+    from dpsense.protocol.rng import fmix32
     from tests.portable.test_mbnode import _frames, _reference
-    from tools.flash import MICROBIT_FILES, MICROBIT_IMPORTS
+    from dpsense.tools.flash import MICROBIT_FILES, MICROBIT_IMPORTS
     profile = BOARDS["qemu-microbit"]
     extra = [m for m in MICROBIT_FILES if m not in MODULES]
     deploy(board.repl, profile, plan(profile, resolve_sources(extra)), log=board.log.append)
@@ -243,8 +243,8 @@ def test_microbit_node_runs_three_columns_from_a_checked_config() -> None:
     """The micro:bit's widest config (3 columns, one with long ints) through the real boot
     sequence: provisioning's check on the board (mbcfg, then removed), the ledger read
     back (mbstate), the node; every record released and acknowledged, no MemoryError."""
-    from tools import microbit as mb
-    from tools.deploy import default_uploads
+    from dpsense.tools import microbit as mb
+    from dpsense.tools.deploy import default_uploads
     profile = BOARDS["qemu-microbit"]
     col = lambda lo, hi: {"num": 1, "den": 1, "offset": 0, "raw_min": lo, "raw_max": hi,  # noqa: E731
                           "delta_q": 25}
@@ -270,7 +270,7 @@ def test_microbit_node_runs_three_columns_from_a_checked_config() -> None:
 
 def _expanded(text: bytes) -> str:
     """The node's event lines in the words the gateway logs them with."""
-    from cloud.gateway import expand_event, parse_event
+    from dpsense.cloud.gateway import expand_event, parse_event
     out, boot = [], None
     for ln in text.replace(b"\r\n", b"\n").split(b"\n"):
         if ln.startswith(b"#"):

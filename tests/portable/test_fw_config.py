@@ -1,7 +1,7 @@
-"""firmware/config.py: one table of bad configs, each error naming its key."""
+"""shared_protocol/config.py: one table of bad configs, each error naming its key."""
 from tests.portable import fwutil  # noqa: F401  (puts firmware/ on the path)
 from tests.portable.util import raises
-from config import ConfigError, validate
+from shared_protocol.config import ConfigError, validate
 from boards import unix, esp32, microbit, pico
 import boards
 import sensor

@@ -2,7 +2,7 @@
 from tests.portable import fwutil
 from ring import Ring
 from seriallink import ACKS, DRAIN, POLL_MS, QUIET, SerialLink, token_hex
-from config import validate
+from shared_protocol.config import validate
 from app import App
 from boards import pico
 

@@ -282,7 +282,7 @@ def test_an_esp32_turns_its_radio_on_before_its_first_random_draw():
     import sys
     import app as appmod
     from boards import esp32
-    from config import validate
+    from shared_protocol.config import validate
     order = []
     net = _Network()
     base = net.WLAN

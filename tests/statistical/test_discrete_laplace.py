@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cloud.privacy.audit import chi_square_discrete_laplace
-from shared_protocol.noise import DiscreteLaplace, bernoulli_exp
-from shared_protocol.rng import UrandomRNG, XorShift32, uniform_below
+from dpsense.cloud.privacy.audit import chi_square_discrete_laplace
+from dpsense.protocol.noise import DiscreteLaplace, bernoulli_exp
+from dpsense.protocol.rng import UrandomRNG, XorShift32, uniform_below
 from tests.vectors import LAPLACE_SEED1
 
 LEVEL = 1e-4

@@ -11,8 +11,8 @@ import random
 import numpy as np
 import pytest
 
-from cloud.privacy.audit import float32_class, privacy_ratio_check
-from shared_protocol.noise import DiscreteLaplace, scale_for
+from dpsense.cloud.privacy.audit import float32_class, privacy_ratio_check
+from dpsense.protocol.noise import DiscreteLaplace, scale_for
 from tests.statistical.naive_laplace import naive_float32_laplace
 
 DELTA_Q = 5

@@ -3,9 +3,9 @@ import io
 import numpy as np
 import pytest
 
-from cloud import cli
-from cloud.datasets import paper1_synthetic, relaxed_sensitivity
-from cloud.perturb_summary import SummaryOptions, run_summary
+from dpsense.cloud import cli
+from dpsense.cloud.datasets import paper1_synthetic, relaxed_sensitivity
+from dpsense.cloud.perturb_summary import SummaryOptions, run_summary
 
 
 def test_perturb_summarises_a_window():

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from tools import flash
-from tools import provision as pv
+from dpsense.tools import flash
+from dpsense.tools import provision as pv
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -229,7 +229,7 @@ def test_all_on_the_unix_port_then_verify_finds_a_changed_file(tmp_path, capsys)
 
 @needs_tools
 def test_provisioning_keeps_the_brokers_listener(tmp_path) -> None:
-    from cloud.broker import Broker
+    from dpsense.cloud.broker import Broker
     Broker(tmp_path, port=18884, host="0.0.0.0").write_config()
     pw = pv.add_device_account(tmp_path, 12, 1883)
     conf = (tmp_path / "broker" / "mosquitto.conf").read_text()

@@ -16,12 +16,12 @@ if str(ROOT / "firmware") not in sys.path:
 import mbcfg  # noqa: E402
 import mbstate  # noqa: E402
 from firmware.boards import microbit  # noqa: E402
-from firmware.config import ConfigError, validate  # noqa: E402
+from dpsense.protocol.config import ConfigError, validate  # noqa: E402
 from hil_tests import test_boot  # noqa: E402
 from hil_tests.helpers import column  # noqa: E402
 from tests.portable import test_mbcfg as portable  # noqa: E402
-from tools.microbit import microbit_config_text  # noqa: E402
-from tools.provision import DEMO_CONFIG, ProvisionError, build_config, node_call  # noqa: E402
+from dpsense.tools.microbit import microbit_config_text  # noqa: E402
+from dpsense.tools.provision import DEMO_CONFIG, ProvisionError, build_config, node_call  # noqa: E402
 
 # The micro:bit's profile plus the gateway's broker keys (checked, as config.py does for
 # boards with MQTT): what the board's own checks mirror.
@@ -107,9 +107,9 @@ def test_board_gets_exactly_the_node_call_arguments(cfg, tmp_path):
 
 def _worst(cfg):
     """The full firmware's whole-domain epsilon of a record, for the same config."""
-    from shared_protocol.fixedpoint import Affine, parse_decimal
-    from shared_protocol.mechanism import Column, RecordMechanism
-    from shared_protocol.rng import XorShift32
+    from dpsense.protocol.fixedpoint import Affine, parse_decimal
+    from dpsense.protocol.mechanism import Column, RecordMechanism
+    from dpsense.protocol.rng import XorShift32
     eps = parse_decimal(cfg["epsilon"])
     cols = [Column(Affine(c["num"], c["den"], c.get("offset", 0), c["raw_min"], c["raw_max"]),
                    c["delta_q"], eps) for c in cfg["columns"]]
@@ -211,7 +211,7 @@ def test_survives_the_micro_bit_shrinking_and_stays_small(tmp_path):
     """tools/deploy.py shrinks files for the micro:bit; the shrunk modules load alike.
     The board compiles a module in one block about its size: at 3.8 KB mbcfg failed to
     compile in the check's boot (MemoryError, 3,496 bytes), at 3.4 KB it did."""
-    from tools.deploy import BOARDS, plan
+    from dpsense.tools.deploy import BOARDS, plan
     text = plan(BOARDS["microbit"], [ROOT / "firmware" / "mbcfg.py"])[0].data.decode()
     assert len(text) < 3500, len(text)      # 28 of the file system's 120 128-byte chunks
     g: dict = {}

@@ -5,9 +5,9 @@ import subprocess
 
 import pytest
 
-from tools.deploy import (BOARDS, ENTRY_POINTS, board_mpy_version, compiled, default_uploads,
+from dpsense.tools.deploy import (BOARDS, ENTRY_POINTS, board_mpy_version, compiled, default_uploads,
                           deploy_folder, micropython_binary, mpy_cross_binary, mpy_cross_version)
-from tools.rawrepl import ReplError
+from dpsense.tools.rawrepl import ReplError
 
 
 def _need_mpy_cross() -> str:

@@ -5,10 +5,10 @@ from fractions import Fraction
 
 from hypothesis import given, settings, strategies as st
 
-from shared_protocol import framing, wire
-from shared_protocol.distance import isqrt, norm_round
-from shared_protocol.fixedpoint import Affine, parse_decimal
-from shared_protocol.wire import ProtocolError
+from dpsense.protocol import framing, wire
+from dpsense.protocol.distance import isqrt, norm_round
+from dpsense.protocol.fixedpoint import Affine, parse_decimal
+from dpsense.protocol.wire import ProtocolError
 
 u32 = st.integers(0, 2**32 - 1)
 i32 = st.integers(wire.INT32_MIN + 1, wire.INT32_MAX)

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from cloud.privacy.accountant import Budget, BudgetAccountant, BudgetError
+from dpsense.cloud.privacy.accountant import Budget, BudgetAccountant, BudgetError
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """dpsense curator budget show|set|reset."""
-from cloud import cli
-from cloud.privacy.accountant import BudgetAccountant
+from dpsense.cloud import cli
+from dpsense.cloud.privacy.accountant import BudgetAccountant
 
 
 def run(capsys, *argv):

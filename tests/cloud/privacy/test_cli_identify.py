@@ -1,5 +1,5 @@
 """`dpsense query identify`: answers, charges the budget, refuses over budget."""
-from cloud import cli
+from dpsense.cloud import cli
 
 
 def test_identify_charges_and_refuses(tmp_path, capsys):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cloud.privacy.mechanisms import Exponential, PaperModeWarning
+from dpsense.cloud.privacy.mechanisms import Exponential, PaperModeWarning
 from tests.cloud.privacy.fit import LEVEL, miss_probability
 
 N = 20_000

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cloud.privacy.discrete import zcdp_delta
-from cloud.privacy.mechanisms import Gaussian
+from dpsense.cloud.privacy.discrete import zcdp_delta
+from dpsense.cloud.privacy.mechanisms import Gaussian
 from tests.cloud.privacy.fit import (
     LEVEL,
     bin_probabilities,

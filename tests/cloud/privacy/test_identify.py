@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cloud.privacy.accountant import BudgetAccountant, BudgetError
-from cloud.privacy.identify import (
+from dpsense.cloud.privacy.accountant import BudgetAccountant, BudgetError
+from dpsense.cloud.privacy.identify import (
     AnomalyQuery,
     DPAnomalyIdentification,
     SPAnomalyIdentification,

@@ -11,8 +11,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from cloud.privacy.audit import discrete_laplace_cdf, privacy_ratio_check
-from cloud.privacy.mechanisms import Laplace
+from dpsense.cloud.privacy.audit import discrete_laplace_cdf, privacy_ratio_check
+from dpsense.cloud.privacy.mechanisms import Laplace
 from tests.cloud.privacy.fit import LEVEL, bin_probabilities, bins_from_cdf, chi_square, miss_probability
 
 N = 20_000

@@ -6,12 +6,12 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from cloud.privacy.accountant import BudgetAccountant, BudgetError
-from cloud.privacy.mechanisms import PaperModeWarning, nrs_alpha_beta
-from cloud.privacy.outlier_count import (
+from dpsense.cloud.privacy.accountant import BudgetAccountant, BudgetError
+from dpsense.cloud.privacy.mechanisms import PaperModeWarning, nrs_alpha_beta
+from dpsense.cloud.privacy.outlier_count import (
     NOT_DP, dp_outlier_count, global_sensitivity, kissing_upper, level_set_bounds, smooth_bound,
     subspace_degrees, subspace_outlier_count)
-from cloud.privacy.smooth import smooth_sensitivity
+from dpsense.cloud.privacy.smooth import smooth_sensitivity
 
 
 def synthetic1(seed=1):
@@ -148,7 +148,7 @@ def test_paper_mode_labelled_and_refused_by_accountant(tmp_path):
 
 
 def test_accountant_refuses_before_computing_and_charges_after(tmp_path, monkeypatch):
-    import cloud.privacy.outlier_count as oc
+    import dpsense.cloud.privacy.outlier_count as oc
     acct = BudgetAccountant(tmp_path / "b.db")
     acct.set_budget("d", 1, 0.05)
     calls = []
@@ -172,7 +172,7 @@ def test_accountant_refuses_before_computing_and_charges_after(tmp_path, monkeyp
 @pytest.mark.parametrize("seed", range(6))
 def test_kdtree_path_of_smooth_bound_is_exact(seed, monkeypatch):
     """The pruned (sparse) path of smooth.py gives the dense path's U_t and degrees exactly."""
-    import cloud.privacy.smooth as sm
+    import dpsense.cloud.privacy.smooth as sm
     rng = np.random.default_rng(seed)
     d = 1 + seed % 2
     n = 60 + 30 * seed

@@ -11,9 +11,9 @@ import random
 import numpy as np
 import pytest
 
-from cloud.privacy.accountant import BudgetAccountant, BudgetError
-from cloud.privacy.lda import dp_lda_synthesise
-from cloud.privacy.publishing import (
+from dpsense.cloud.privacy.accountant import BudgetAccountant, BudgetError
+from dpsense.cloud.privacy.lda import dp_lda_synthesise
+from dpsense.cloud.privacy.publishing import (
     Schema,
     _laplace,
     dp_pca_publish,
@@ -210,7 +210,7 @@ def test_lap_baseline_scale(noise):
 def test_exp_baseline_distribution(x0, eps, grid):
     """One column at x0: the numpy sampler's frequencies match the exact mechanism's pmf (total
     variation < 0.03; its expected value at 40000 draws over <= 21 cells is below 0.01)."""
-    from cloud.privacy.mechanisms import Exponential
+    from dpsense.cloud.privacy.mechanisms import Exponential
     s = Schema(bounds=((0, 1),))
     x = np.full((40000, 1), x0)
     _, z = exponential_publish(x, schema=s, epsilon=eps, grid=grid, noise=np.random.default_rng(5), recover=False)

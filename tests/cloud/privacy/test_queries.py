@@ -4,8 +4,8 @@ from fractions import Fraction
 
 import pytest
 
-from cloud.privacy.accountant import BudgetAccountant, BudgetError
-from cloud.privacy.queries import bounded_sum, count
+from dpsense.cloud.privacy.accountant import BudgetAccountant, BudgetError
+from dpsense.cloud.privacy.queries import bounded_sum, count
 
 
 class SpySource:

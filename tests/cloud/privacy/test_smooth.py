@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cloud.privacy.mechanisms import SmoothSensitivityGaussian
-from cloud.privacy.smooth import degrees, local_sensitivity_bounds, outlier_count, smooth_sensitivity
+from dpsense.cloud.privacy.mechanisms import SmoothSensitivityGaussian
+from dpsense.cloud.privacy.smooth import degrees, local_sensitivity_bounds, outlier_count, smooth_sensitivity
 
 SETTINGS = settings(max_examples=250, deadline=None, derandomize=True)
 

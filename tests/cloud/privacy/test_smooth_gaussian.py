@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cloud.privacy.mechanisms import PaperModeWarning, SmoothSensitivityGaussian, nrs_alpha_beta
+from dpsense.cloud.privacy.mechanisms import PaperModeWarning, SmoothSensitivityGaussian, nrs_alpha_beta
 from tests.cloud.privacy.fit import (
     LEVEL,
     bin_probabilities,

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cloud.privacy.accountant import BudgetAccountant, BudgetError
-from cloud.privacy.mechanisms import PaperModeWarning
-from cloud.privacy.outlier_count import subspace_outlier_count
-from cloud.privacy.subspaces import (
+from dpsense.cloud.privacy.accountant import BudgetAccountant, BudgetError
+from dpsense.cloud.privacy.mechanisms import PaperModeWarning
+from dpsense.cloud.privacy.outlier_count import subspace_outlier_count
+from dpsense.cloud.privacy.subspaces import (
     candidates, coefficient, selection_probabilities, subspaces_with_counts, top_h_subspaces, utilities)
 
 
@@ -117,7 +117,7 @@ def test_validation_table(kwargs, exc):
 
 
 def test_accountant_order_and_paper_mode_charge(tmp_path, monkeypatch):
-    import cloud.privacy.subspaces as sp
+    import dpsense.cloud.privacy.subspaces as sp
     acct = BudgetAccountant(tmp_path / "b.db")
     acct.set_budget("d", 3, 0.02)
     calls = []

@@ -7,8 +7,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from cloud.privacy.mechanisms import Exponential, Gaussian, Laplace, SmoothSensitivityGaussian
-from cloud.privacy.validation import as_fraction, check_bounds, check_value
+from dpsense.cloud.privacy.mechanisms import Exponential, Gaussian, Laplace, SmoothSensitivityGaussian
+from dpsense.cloud.privacy.validation import as_fraction, check_bounds, check_value
 
 LAPLACE = {"epsilon": 1, "sensitivity": 1}
 GAUSS = {"epsilon": 1, "delta": 1e-5, "sensitivity": 1}

@@ -1,4 +1,5 @@
-"""Provisioning config: checked once at start-up; every error names its key.
+"""Provisioning config: checked by the board at start-up and by tools/flash.py before it
+writes one; every error names its key.
 
     cfg = validate(json.load(open("config.json")), PROFILE)
     # ConfigError("epsilon: must be a decimal > 0 (a string such as \\"0.5\\")")
@@ -33,13 +34,13 @@ Keys, with defaults where a key is optional:
 """
 
 try:
-    from shared_protocol.fixedpoint import parse_decimal
+    from .fixedpoint import parse_decimal
 except ImportError:
     from fixedpoint import parse_decimal
 
 _U32 = 0xFFFFFFFF
 _COLUMN_KEYS = ("num", "den", "offset", "raw_min", "raw_max", "delta_q")
-_KEYS = ("board", "device_id", "config_id", "columns", "epsilon", "centre", "window_records",
+KEYS = ("board", "device_id", "config_id", "columns", "epsilon", "centre", "window_records",
          "window_seconds", "window_cap", "broker_host", "broker_port", "broker_user",
          "broker_password", "broker_tls", "broker_ca", "client_id", "keepalive",
          "max_inflight", "ack_timeout_ms", "backoff_max_ms", "ring_path", "ring_records",
@@ -126,7 +127,7 @@ def validate(raw, profile):
     if not isinstance(raw, dict):
         raise ConfigError("config: must be a JSON object")
     for k in raw:
-        if k not in _KEYS:
+        if k not in KEYS:
             raise ConfigError("%s: unknown key" % k)
     c = {}
     name = board_name(raw)
