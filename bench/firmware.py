@@ -40,6 +40,7 @@ def microbit_ram() -> list[tuple[str, str]]:
         from dpsense.tools import microbit as mb
         from dpsense.tools.deploy import (BOARDS, MICROBIT_CHECKER, MICROBIT_IMPORTS, default_uploads,
                                   deploy, plan, resolve_sources)
+        from dpsense.tools.provision import microbit_config_text
         from dpsense.tools.qemu import QemuMicrobit
     except ImportError as e:
         return [("unavailable", str(e))]
@@ -56,7 +57,7 @@ def microbit_ram() -> list[tuple[str, str]]:
             rows.append(("after boot", repl.exec(free, 20).strip()))
             deploy(repl, profile, default_uploads(profile)
                    + plan(profile, resolve_sources([MICROBIT_CHECKER])), log=lambda s: None)
-            repl.write_file("config.txt", mb.microbit_config_text(cfg).encode())
+            repl.write_file("config.txt", microbit_config_text(cfg).encode())
             repl.soft_reset()
             for i, step in enumerate(mb.MICROBIT_CHECK):
                 repl.exec(step, 30)

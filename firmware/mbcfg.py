@@ -8,7 +8,7 @@
 and ``led``, which ``mbstate`` works out in boots of their own) or writes exactly one line,
 ``config error: <key>: <problem>\\n``, with ``out`` (default: print) and returns None.
 
-Format (tools/microbit.py ``microbit_config_text`` writes it): one ``key=value`` a line;
+Format (tools/provision.py ``microbit_config_text`` writes it): one ``key=value`` a line;
 blank lines and lines starting with ``#`` are skipped, spaces around key and value are
 ignored. A value is an int (``-5000``), a "string" (what is between the first and last
 ``"``: no escapes) or a flat list of those (``[0,1650]``); any other value (``0.5``,

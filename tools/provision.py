@@ -8,9 +8,9 @@
 Config rules are shared_protocol/config.py's own ``validate`` with the board's profile from
 firmware/boards/, run on the host, so a provisioning error names its key before anything
 is written. The micro:bit gets only what ``mbnode.run`` takes, as ``config.txt``
-(firmware/mbcfg.py's format: its heap holds no JSON), and no broker password: the
-gateway logs in for it; tools/microbit.py has its boots (the board's own check of that
-file, each start of the node) and the bridge that feeds it.
+(firmware/mbcfg.py's format: its heap holds no JSON; ``microbit_config_text``), and no
+broker password: the gateway logs in for it; tools/microbit.py has its boots (the board's
+own check of that file, each start of the node) and the bridge that feeds it.
 """
 from __future__ import annotations
 
@@ -233,9 +233,54 @@ def config_name(board: str) -> str:
 def config_file(board: str, cfg: dict[str, Any]) -> tuple[str, bytes]:
     """(file name, bytes) of ``cfg`` for ``board``."""
     if config_name(board) == "config.txt":
-        from dpsense.tools.microbit import microbit_config_text
         return "config.txt", microbit_config_text(cfg).encode()
     return "config.json", config_bytes(cfg)
+
+
+def microbit_config_text(cfg: dict[str, Any]) -> str:
+    """The micro:bit's ``config.txt`` for a provisioning dict, in firmware/mbcfg.py's format.
+
+    Written as given, without checking: the board's ``mbcfg.load`` validates it and names
+    the key of an error (``config error: <key>: ...``), as config.py does for the other
+    boards. Every key but those config.py knows and the micro:bit node has no use for (the
+    broker password: the gateway logs in for the board; the host's ``period_ms`` and
+    ``stimulus``; ring, TLS and Wi-Fi settings); values as JSON, so types stay apart (``0.5`` is
+    a number, ``"0.5"`` a string), and ``columns`` key by key (``columns[0].num=1``). A
+    key the format cannot hold as it is (``=``, spaces, ``columns[...]`` at the top) is
+    written quoted, which the board refuses as an unknown key.
+    """
+    def key(k: Any, top: bool) -> str:
+        s = str(k)
+        if (not s or s[0] in "#\"" or (top and s.startswith("columns["))
+                or any(c == "=" or not " " < c <= "~" for c in s)):
+            s = json.dumps(s).replace("=", "\\u003d")
+        return s
+
+    def val(v: Any) -> str:
+        if not isinstance(v, tuple):       # JSON has no tuples: json.dumps would make a list
+            try:
+                return json.dumps(v, separators=(",", ":"))
+            except (TypeError, ValueError):
+                pass
+        return "<%s>" % type(v).__name__   # no JSON value: a type the board accepts nowhere
+
+    from dpsense.protocol.config import KEYS as config_keys
+    unused = set(config_keys) - set(MICROBIT_KEYS) - {"window_seconds", "broker_host",
+                                                     "broker_port", "broker_user"}
+    lines = []
+    for k, v in cfg.items():
+        if k in unused:
+            continue
+        if k == "columns" and isinstance(v, list) and v:
+            for j, col in enumerate(v):
+                if isinstance(col, dict) and col:
+                    lines += ["columns[%d].%s=%s" % (j, key(ck, False), val(cv))
+                              for ck, cv in col.items()]
+                else:
+                    lines.append("columns[%d]=%s" % (j, val(col)))
+        else:
+            lines.append("%s=%s" % (key(k, True), val(v)))
+    return "".join(line + "\n" for line in lines)
 
 
 def write_config(repl: RawRepl | None, cfg: dict[str, Any], folder: Path | None = None,

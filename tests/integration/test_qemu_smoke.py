@@ -17,7 +17,7 @@ import pytest
 from dpsense.protocol.fixedpoint import Affine
 from dpsense.protocol.noise import DiscreteLaplace
 from dpsense.protocol.rng import XorShift32
-from dpsense.tools.flash import BOARDS, check_imports, deploy, plan, resolve_sources
+from dpsense.tools.deploy import BOARDS, check_imports, deploy, plan, resolve_sources
 from dpsense.tools.qemu import QemuMicrobit, missing_reason
 from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplTimeout, Transport
 
@@ -180,7 +180,7 @@ def test_microbit_node_writes_what_node_py_writes(board: SimpleNamespace) -> Non
 
     from dpsense.protocol.rng import fmix32
     from tests.portable.test_mbnode import _frames, _reference
-    from dpsense.tools.flash import MICROBIT_FILES, MICROBIT_IMPORTS
+    from dpsense.tools.deploy import MICROBIT_FILES, MICROBIT_IMPORTS
     profile = BOARDS["qemu-microbit"]
     extra = [m for m in MICROBIT_FILES if m not in MODULES]
     deploy(board.repl, profile, plan(profile, resolve_sources(extra)), log=board.log.append)
@@ -245,6 +245,7 @@ def test_microbit_node_runs_three_columns_from_a_checked_config() -> None:
     back (mbstate), the node; every record released and acknowledged, no MemoryError."""
     from dpsense.tools import microbit as mb
     from dpsense.tools.deploy import default_uploads
+    from dpsense.tools.provision import microbit_config_text
     profile = BOARDS["qemu-microbit"]
     col = lambda lo, hi: {"num": 1, "den": 1, "offset": 0, "raw_min": lo, "raw_max": hi,  # noqa: E731
                           "delta_q": 25}
@@ -255,7 +256,7 @@ def test_microbit_node_runs_three_columns_from_a_checked_config() -> None:
         repl = q.repl(profile.chunk_size, profile.pause)
         repl.enter()
         deploy(repl, profile, default_uploads(profile), log=lambda s: None)
-        repl.write_file("config.txt", mb.microbit_config_text(cfg).encode())
+        repl.write_file("config.txt", microbit_config_text(cfg).encode())
         mb.check_microbit_config(repl)
         assert "mbcfg.py" not in repl.exec("import os\nprint(os.listdir())")
         out = _drive(q.transport, bytearray(mb.boot_microbit_node(repl)),

@@ -1,6 +1,6 @@
 """firmware/mbcfg.py: the micro:bit reads config.txt and names the key of every error.
 
-The good config is hil_tests/test_boot.py's, as tools/microbit.microbit_config_text
+The good config is hil_tests/test_boot.py's, as tools/provision.microbit_config_text
 writes it for the qemu rig's provisioning dict; BAD starts with that file's BAD table in
 the text format. tests/unit/test_mbcfg_host.py checks on CPython that the writer plus
 this loader give node_call's arguments, and that both refuse the same configs.

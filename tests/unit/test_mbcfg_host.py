@@ -1,4 +1,4 @@
-"""tools/microbit.microbit_config_text + firmware/mbcfg.load == node_call, and the board
+"""tools/provision.microbit_config_text + firmware/mbcfg.load == node_call, and the board
 refuses what firmware/config.py (or build_config for the micro:bit) refuses, naming the same key."""
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from dpsense.protocol.config import ConfigError, validate  # noqa: E402
 from hil_tests import test_boot  # noqa: E402
 from hil_tests.helpers import column  # noqa: E402
 from tests.portable import test_mbcfg as portable  # noqa: E402
-from dpsense.tools.microbit import microbit_config_text  # noqa: E402
-from dpsense.tools.provision import DEMO_CONFIG, ProvisionError, build_config, node_call  # noqa: E402
+from dpsense.tools.provision import (DEMO_CONFIG, ProvisionError, build_config,  # noqa: E402
+                                     microbit_config_text, node_call)
 
 # The micro:bit's profile plus the gateway's broker keys (checked, as config.py does for
 # boards with MQTT): what the board's own checks mirror.
