@@ -17,8 +17,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Sequence
 
-from dpsense.tools.flash import BOARDS as FLASH_BOARDS
-from dpsense.tools.flash import FIRMWARE_DIR, deploy_folder, micropython_binary, plan, resolve_sources
+from dpsense.tools.deploy import BOARDS as FLASH_BOARDS
+from dpsense.tools.deploy import FIRMWARE_DIR, deploy_folder, micropython_binary, plan, resolve_sources
 
 from . import RigError, wait_in_log
 from .cloud import CloudSide

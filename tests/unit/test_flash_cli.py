@@ -12,6 +12,8 @@ import pytest
 
 from dpsense.tools import flash
 from dpsense.tools import provision as pv
+from dpsense.tools.deploy import micropython_binary
+from dpsense.tools.rawrepl import ReplError
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -81,7 +83,7 @@ def test_esp32_runs_esptool_write_flash_at_0x1000(image, monkeypatch) -> None:
                    run=lambda cmd: calls.append(cmd) or SimpleNamespace(returncode=0))
     assert calls[0][1:] == ["-m", "esptool", "--port", "/dev/ttyUSB0", "write_flash", "-z",
                             "0x1000", str(img)]
-    with pytest.raises(flash.ReplError, match="esptool failed"):
+    with pytest.raises(ReplError, match="esptool failed"):
         pv.flash_image("esp32", str(img), "/dev/ttyUSB0", log=lambda s: None,
                        run=lambda cmd: SimpleNamespace(returncode=2))
 
@@ -199,7 +201,7 @@ needs_tools = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
 @needs_tools
 def test_all_on_the_unix_port_then_verify_finds_a_changed_file(tmp_path, capsys) -> None:
     try:
-        flash.micropython_binary()
+        micropython_binary()
     except RuntimeError as e:
         pytest.skip(str(e))
     conf = tmp_path / "unix.json"
