@@ -23,12 +23,14 @@ import sys
 import time
 
 try:
+    from shared_protocol import __version__
     from shared_protocol.fixedpoint import Affine
     from shared_protocol.mechanism import Column, RecordMechanism
     from shared_protocol.rng import UrandomRNG
     from shared_protocol import wire
     from shared_protocol.config import ConfigError, board_name, validate
 except ImportError:
+    __version__ = "unknown"       # flat modules carry no package __init__, nor its version
     from fixedpoint import Affine
     from mechanism import Column, RecordMechanism
     from rng import UrandomRNG
@@ -136,11 +138,13 @@ class App:
         row = self.mech.epsilon_row()
         text = ('{"event":"%s","device":%d,"boot":%d,"board":"%s","entropy":"%s",'
                 '"eps_record":"%s","eps_record_worst":"%s","window":%d,"spent":"%s",'
-                '"cap":"%s","withheld":%d,"released":%d,"dropped":%d,"pending":%d,"sensor":"%s"}'
+                '"cap":"%s","withheld":%d,"released":%d,"dropped":%d,"pending":%d,"version":"%s",'
+                '"sensor":"%s"}'
                 % (event, self.cfg["device_id"], self.boot_id, self.profile["name"],
                    self.entropy, frac_text(row[0], row[1]), frac_text(worst[0], worst[1]),
                    led.window, led.spent_text(), led.cap_text(), led.withheld, self.released,
-                   ring.dropped if ring else 0, ring.pending if ring else 0, self.sensor.kind))
+                   ring.dropped if ring else 0, ring.pending if ring else 0, __version__,
+                   self.sensor.kind))
         if self.uplink is not None:
             self.uplink.status(text.encode())
         else:
@@ -149,10 +153,11 @@ class App:
     def boot(self):
         ring = self.ring
         # sensor= last: rigs match the fields before it; a reader sees injected readings.
-        self.log("boot ok: board=%s device=%d boot=%d entropy=%s eps_record=%s pending=%d dropped=%d sensor=%s"
+        self.log("boot ok: board=%s device=%d boot=%d entropy=%s eps_record=%s pending=%d dropped=%d"
+                 " version=%s sensor=%s"
                  % (self.profile["name"], self.cfg["device_id"], self.boot_id, self.entropy,
                     frac_text(*self.mech.epsilon_row()), ring.pending if ring else 0,
-                    ring.dropped if ring else 0, self.sensor.kind))
+                    ring.dropped if ring else 0, __version__, self.sensor.kind))
         if ring is not None and ring.lost_on_open:
             self.log("ring: layout changed; %d unsent records of the old layout dropped"
                      % ring.lost_on_open)
