@@ -373,6 +373,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                                             " on %s" % args.port if args.port else ""))
     if board.name == "unix":
         folder = Path(args.port)
+        folder.mkdir(parents=True, exist_ok=True)
         uploads = board_uploads(board, uploads, args.mpy, folder=folder)
         deploy_folder(folder, uploads)
         if args.check:
