@@ -18,6 +18,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -135,7 +136,7 @@ def test_the_installed_firmware_boots_with_its_version_and_releases_readings(
     board = tmp_path / "unix"
     shutil.copytree(installed, board)
     # A broker port nothing listens on: the records wait in the ring, as in an outage.
-    with __import__("socket").socket() as s:
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cfg = _config(broker_host="127.0.0.1", broker_port=port, broker_user="d7",
