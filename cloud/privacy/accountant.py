@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from dpsense.cloud.errors import DpsenseError
+
 from .validation import check_delta, check_epsilon
 
 __all__ = ["Budget", "BudgetAccountant", "BudgetError", "ParallelGroup", "Spend"]
@@ -72,7 +74,7 @@ _SCHEMA = (
 )
 
 
-class BudgetError(ValueError):
+class BudgetError(DpsenseError, ValueError):
     """A spend would exceed the budget of a data set, or the data set has no budget."""
 
 
