@@ -65,6 +65,7 @@ class Session:
     def start(self, client: "mqtt.Client", timeout: float = 10.0) -> None:
         """Connect ``client`` and start its network thread; return once the broker accepted."""
         c = self.conn
+        self._refused = None
         try:
             client.connect(c.host, c.port, keepalive=c.keepalive)
         except OSError as err:

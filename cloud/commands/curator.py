@@ -151,8 +151,8 @@ def _parser_identify(sub: "argparse._SubParsersAction[argparse.ArgumentParser]")
     text = ("is this record a (beta, r)-anomaly of the data? DP or sensitively private answer "
             "(paper 2, SPEC 2.4-2.5); always charged to a data set's budget")
     q = sub.add_parser("identify", help=text, description=text,
-                       epilog="example: dpsense query identify --csv data.csv --record 3.1,0.2 --beta 5 "
-                              "--r 1.5 --epsilon 0.5 --sp-k 1 --dataset fleet")
+                       epilog=examples("dpsense query identify --csv data.csv --record 3.1,0.2 --beta 5 "
+                                       "--r 1.5 --epsilon 0.5 --sp-k 1 --dataset fleet"))
     q.add_argument("--csv", required=True, help="numeric CSV, one record per row (a header row is skipped)")
     q.add_argument("--record", required=True, type=parse_floats, help="the queried record, comma-separated values")
     q.add_argument("--beta", type=int, required=True, help="anomaly: at most beta records within r (itself included)")
