@@ -56,8 +56,8 @@ class Session:
         return True
 
     def lost(self, reason: Any) -> None:
-        """For ``on_disconnect``."""
-        if self._started and self.up.is_set():
+        """For ``on_disconnect``; the service's own disconnect (not a failure) is not news."""
+        if self._started and self.up.is_set() and reason.is_failure:
             self.log("%s: lost the connection to the broker at %s (%s); reconnecting"
                      % (self.who, self.where, reason))
         self.up.clear()

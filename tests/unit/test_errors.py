@@ -262,6 +262,8 @@ def test_session_reports_a_refusal_at_start_and_logs_later_losses():
     assert logs == ["analyst: lost the connection to the broker at 127.0.0.1:1883 (Unspecified error); reconnecting"]
     assert s.accepted(_Reason(False, "Success"))
     assert logs[-1] == "analyst: connected to the broker at 127.0.0.1:1883 again"
+    s.lost(_Reason(False, "Normal disconnection"))          # the service's own disconnect at the end
+    assert len(logs) == 2 and not s.up.is_set()
 
 
 # -- the ingest's retries ------------------------------------------------------------------
