@@ -110,6 +110,21 @@ def test_a_storage_error_is_one_line_with_status_2(tmp_path):
     assert "analyst.db" in r.stderr
 
 
+@pytest.mark.parametrize("argv, reason", [
+    (["curator", "budget", "show", "--db", "{garbage}"], "budget database {garbage}: file is not a database"),
+    (["curator", "budget", "show", "--db", "{tmp}/none.db"], "no budget database at {tmp}/none.db"),
+    (["query", "count", "--csv", "{tmp}/none.csv", "--r", "1", "--epsilon", "1"], "{tmp}/none.csv not found."),
+    (["experiment", "paper2", "--ks", "0", "--out", "{tmp}/p2"], "ks must be ints >= 1"),
+    (["perturb", "--n", "3"], "n must be >= 10"),
+])
+def test_commands_report_failures_in_one_line(argv, reason, tmp_path, capsys):
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database " * 200)
+    fill = {"garbage": str(garbage), "tmp": str(tmp_path)}
+    assert cli.main([a.format(**fill) for a in argv]) == 2
+    assert capsys.readouterr().err == "dpsense %s: %s\n" % (argv[0], reason.format(**fill))
+
+
 def test_a_bad_environment_value_names_the_variable(tmp_path):
     r = _dpsense("status", "--data-dir", str(tmp_path), env={"DPSENSE_BROKER_PORT": "eighty"})
     assert r.returncode == 2
