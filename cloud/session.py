@@ -76,8 +76,8 @@ class Session:
         while not self.up.wait(0.05):
             if self._refused is None and time.monotonic() < deadline:
                 continue
+            client.disconnect()         # also ends paho's reconnect attempts
             client.loop_stop()
-            client.disconnect()
             if self._refused is not None:
                 raise BrokerUnreachable("the broker at %s refused account %s: %s"
                                         % (self.where, c.username, self._refused))

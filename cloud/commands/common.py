@@ -152,6 +152,8 @@ class IngestThread:
         e = self.error
         if e is None:
             return
+        if isinstance(e, ServiceError):         # its text already says the ingest stopped
+            raise e
         what = str(e) if isinstance(e, DpsenseError) else "%s: %s" % (type(e).__name__, e)
         raise ServiceError("ingest stopped: %s" % what) from e
 

@@ -369,6 +369,23 @@ def test_stop_ends_the_backoff_of_a_commit_that_keeps_failing():
     assert any(ln.startswith("ingest: stopping; 3 messages left unacknowledged") for ln in logs), logs
 
 
+@pytest.mark.parametrize("error, text", [
+    (StorageError("cannot insert in a.db: database disk image is malformed"),
+     "ingest stopped: cannot insert in a.db: database disk image is malformed"),
+    (ServiceError("ingest stopped: TypeError: boom"), "ingest stopped: TypeError: boom"),
+    (KeyError("k"), "ingest stopped: KeyError: 'k'"),
+])
+def test_the_analysts_ingest_thread_reports_what_stopped_it_in_the_commands_thread(error, text):
+    from dpsense.cloud.commands.common import IngestThread
+    t = IngestThread.__new__(IngestThread)      # the state its thread leaves behind, without a broker
+    t.error = None
+    t.check()
+    t.error = error
+    with pytest.raises(ServiceError) as info:
+        t.check()
+    assert str(info.value) == text
+
+
 def test_sqlite_tells_a_locked_database_from_a_damaged_one(tmp_path, monkeypatch):
     from dpsense.cloud.storage import sqlite as sqlite_store
     monkeypatch.setattr(sqlite_store, "BUSY_TIMEOUT_MS", 50)
