@@ -9,9 +9,10 @@
 board sends. A file it cannot open or a line that is not ``ncols`` comma-separated
 integers raises ``StimulusError("<file>:<line>: <what is wrong>")``; the board then
 stops (firmware/app.py), as it does for a config error. ``Analog`` wraps
-``machine.ADC`` (ESP32, RP2040) and ``MicrobitAnalog`` the micro:bit's pins; both report ``read_u16`` codes, 0..65535, so a column's
-provisioned scaling does not depend on the board's ADC width. ``machine`` and
-``microbit`` are imported only by ``make`` on the boards that have them.
+``machine.ADC`` (ESP32, RP2040) and ``MicrobitAnalog`` the micro:bit's pins; both report
+``read_u16`` codes, 0..65535, so a column's provisioned scaling does not depend on the
+board's ADC width. ``machine`` and ``microbit`` are imported only by ``make`` on the
+boards that have them.
 """
 
 
