@@ -98,7 +98,7 @@ def main() -> int:
 
         t = threading.Thread(target=run, daemon=True)
         t.start()
-        _wait(lambda: svc._connected.is_set(), 10)
+        _wait(lambda: svc.session.up.is_set(), 10)
         time.sleep(0.3)
         t_pub, t_done = publish(settings, broker, enc, args.devices, lambda: svc.stats.stored >= args.n)
         stop.set()

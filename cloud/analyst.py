@@ -24,9 +24,11 @@ from paho.mqtt.enums import CallbackAPIVersion
 from dpsense.cloud import topics
 from dpsense.cloud.correction import messages as msg
 from dpsense.cloud.correction.rules import reduce_rows
+from dpsense.cloud.errors import RoundError
 from dpsense.cloud.ingest.service import Connection
 from dpsense.cloud.outliers.dbscan import DBSCANOutliers
 from dpsense.cloud.outliers.distance import BetaRAnomalies, DistanceOutliers
+from dpsense.cloud.session import Session
 
 
 DETECTORS = ("dbscan", "kr", "beta_r")
@@ -61,8 +63,8 @@ class AnalystParams:
             raise ValueError("round_timeout must be > 0")
 
 
-class RoundTimeout(RuntimeError):
-    pass
+class RoundTimeout(RoundError):
+    """The correction server did not answer a round in time."""
 
 
 class Analyst:
@@ -73,18 +75,18 @@ class Analyst:
         self.params = params
         self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
         self._q: queue.Queue[dict[str, Any]] = queue.Queue()
-        self._connected = threading.Event()
+        self.session = Session(conn, "analyst", self.log)
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=False,
                         protocol=mqtt.MQTTv311)
         c.username_pw_set(conn.username, conn.password)
         c.on_connect = self._on_connect
+        c.on_disconnect = lambda cl, u, flags, reason, props: self.session.lost(reason)
         c.on_message = self._on_message
         self._client = c
 
     def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
-        if not reason.is_failure:
+        if self.session.accepted(reason):
             client.subscribe(topics.ROUND_TO_ANALYST, qos=1)
-            self._connected.set()
 
     def _on_message(self, client: mqtt.Client, userdata: Any, m: mqtt.MQTTMessage) -> None:
         try:
@@ -156,10 +158,7 @@ class Analyst:
             exit_when_done: bool = False) -> int:
         """Process full windows until ``stop``; a partial window is processed once nothing
         new arrived for ``flush_when_idle`` seconds. Returns the number of windows done."""
-        self._client.connect(self.conn.host, self.conn.port, keepalive=self.conn.keepalive)
-        self._client.loop_start()
-        if not self._connected.wait(10):
-            raise ConnectionError("analyst: no broker connection")
+        self.session.start(self._client)
         store = self.open_store()
         done = 0
         last_count, last_change = -1, time.monotonic()
@@ -182,7 +181,7 @@ class Analyst:
                     continue
                 try:
                     res = self.process_window(store, window_id, start, self.params.window)
-                except (RoundTimeout, msg.RoundError) as e:
+                except RoundError as e:
                     self.log("analyst: window %d: %s; retrying" % (window_id, e))
                     continue
                 store.set_meta("next_window", str(window_id + 1))

@@ -38,12 +38,9 @@ from pathlib import Path
 from typing import Iterator
 
 from dpsense.cloud import topics
+from dpsense.cloud.errors import BrokerError
 
 ROLES = ("analyst", "correction", "curator", "device")
-
-
-class BrokerError(RuntimeError):
-    """The broker could not be configured or started; the text says what to do."""
 
 
 def _acl_text(accounts: dict[str, str]) -> str:

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpsense.cloud.errors import DpsenseError
+
 SHAPES = ("scale", "shift")
 
 
@@ -60,7 +62,7 @@ def relaxed_sensitivity(reference: np.ndarray, outlier_percent: float = 10.0) ->
     return hi - lo
 
 
-class DataNotInstalled(RuntimeError):
+class DataNotInstalled(DpsenseError):
     """An offline data package is missing; the text names the pip command."""
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from dpsense.cloud.broker import Broker, free_port
 from dpsense.cloud.config import Settings
 from dpsense.cloud.datasets import paper1_synthetic
+from dpsense.cloud.errors import DpsenseError
 from dpsense.cloud.report import evaluate, scatter_png, sweep_png, write_html
 from dpsense.cloud.simulate import FleetPublisher, calibrate, encode_fleet, save_ground_truth
 from dpsense.cloud.storage import open_analyst_store, open_correction_store
@@ -53,7 +54,7 @@ class DemoOptions:
         parse_decimal(self.epsilon)
 
 
-class DemoError(RuntimeError):
+class DemoError(DpsenseError):
     pass
 
 

@@ -24,6 +24,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from dpsense.cloud import topics
 from dpsense.cloud.broker import Broker
 from dpsense.cloud.config import Settings
+from dpsense.cloud.errors import DpsenseError
 from dpsense.protocol import wire
 from dpsense.protocol.fixedpoint import Affine, parse_decimal
 from dpsense.protocol.mechanism import Column, RecordMechanism
@@ -177,7 +178,7 @@ def stderr_progress(label: str) -> Callable[[int, int], None]:
     return report
 
 
-class FleetError(RuntimeError):
+class FleetError(DpsenseError):
     """The simulation cannot run; the text says why."""
 
 

@@ -15,6 +15,7 @@ Readings come from the config's ``stimulus`` when it has one (on any board), els
 from the profile's sensor; the ``boot ok`` line ends with ``sensor=<kind>``.
 
 Console lines a rig can wait for: ``boot ok: ...``, ``config error: <key>: ...``,
+``stimulus error: <file>:<line>: ...`` (then exit status 2, as for a config error),
 ``ledger: window N cap ... reached ...``, ``mqtt: connected ...``,
 ``mqtt: connection lost ...``, ``stimulus done: ...``, ``idle: ...``.
 """
@@ -280,6 +281,11 @@ def main(path):
     except ConfigError as e:
         print("config error: %s" % e)
         sys.exit(2)
-    app = App(cfg, profile)
-    app.boot()
-    app.run()
+    try:
+        app = App(cfg, profile)
+        app.boot()
+        app.run()
+    except sensor.StimulusError as e:
+        # Readings released before the bad line stay valid; nothing after it is guessed.
+        print("stimulus error: %s" % e)
+        sys.exit(2)

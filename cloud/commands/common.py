@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING, Callable
+
+from dpsense.cloud.errors import DpsenseError, ServiceError, UsageError
 
 if TYPE_CHECKING:
     import threading
@@ -12,28 +13,39 @@ if TYPE_CHECKING:
     from dpsense.cloud.ingest.service import Connection
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the line breaks of descriptions and epilogs; wraps a long line of prose, never
+    an indented one (an example command stays whole, to be copied)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+        return "\n".join(indent + line if line[:1].isspace() or len(indent + line) <= width
+                         else textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent)
+                         for line in text.splitlines())
+
+
+def examples(*commands: str) -> str:
+    """An epilog of example command lines."""
+    return "example%s:\n%s" % ("s" if len(commands) > 1 else "", "\n".join("  " + c for c in commands))
+
+
 def add_common(p: argparse.ArgumentParser) -> None:
     """Options every service shares; explicit value > DPSENSE_* environment > default."""
     g = p.add_argument_group("deployment")
     g.add_argument("--data-dir", help="broker files and default databases (default ./dpsense-data, env DPSENSE_DATA_DIR)")
     g.add_argument("--broker-host", help="broker address (default 127.0.0.1)")
-    g.add_argument("--broker-port", type=int, help="broker port (default 1883)")
+    g.add_argument("--broker-port", type=port, help="broker port (default 1883)")
     g.add_argument("--analyst-db", help="analyst storage URL: sqlite:///file.db or postgresql://... "
                                         "(default sqlite in the data dir)")
     g.add_argument("--correction-db", help="correction-server storage URL (never the analyst's)")
 
 
 def settings_from(args: argparse.Namespace) -> "Settings":
-    """The service settings of ``args``; a bad value ends the command with status 2 and
-    one line naming it (no traceback)."""
+    """The service settings of ``args`` (UsageError names a bad one)."""
     from dpsense.cloud.config import Settings
-    try:
-        return Settings.resolve(data_dir=args.data_dir, broker_host=args.broker_host,
-                                broker_port=args.broker_port, analyst_db=args.analyst_db,
-                                correction_db=args.correction_db)
-    except ValueError as e:
-        print("dpsense %s: %s" % (args.command, e), file=sys.stderr)
-        raise SystemExit(2) from None
+    return Settings.resolve(data_dir=args.data_dir, broker_host=args.broker_host,
+                            broker_port=args.broker_port, analyst_db=args.analyst_db,
+                            correction_db=args.correction_db)
 
 
 def connection_for(st: "Settings", user: str, client_id: str) -> "Connection":
@@ -45,6 +57,43 @@ def connection_for(st: "Settings", user: str, client_id: str) -> "Connection":
     from dpsense.cloud.ingest.service import Connection
     pw = os.environ.get("DPSENSE_BROKER_PASSWORD") or Broker(st.data_dir).password(user)
     return Connection(st.broker_host, st.broker_port, user, pw, client_id)
+
+
+def _int_in(text: str, lo: int, hi: int | None) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = None
+    if v is None or v < lo or (hi is not None and v > hi):
+        want = "an integer >= %d" % lo if hi is None else "an integer in %d..%d" % (lo, hi)
+        raise argparse.ArgumentTypeError("expected %s, got %r" % (want, text))
+    return v
+
+
+def count(lo: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``lo``."""
+    return lambda text: _int_in(text, lo, None)
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port."""
+    return _int_in(text, 1, 65535)
+
+
+def device_id(text: str) -> int:
+    """An argparse type: a device id, 1..2**32-1 (its broker account is d<ID>)."""
+    return _int_in(text, 1, 0xFFFFFFFF)
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a duration in seconds, > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError("expected a number of seconds > 0, got %r" % text)
+    return v
 
 
 def parse_floats(text: str) -> tuple[float, ...]:
@@ -60,7 +109,7 @@ def parse_floats(text: str) -> tuple[float, ...]:
 
 def parse_ints(name: str, values: tuple[float, ...]) -> tuple[int, ...]:
     if any(v != int(v) for v in values):
-        raise ValueError("%s must be integers" % name)
+        raise UsageError("%s must be integers" % name)
     return tuple(int(v) for v in values)
 
 
@@ -74,7 +123,8 @@ def profile_default(args: argparse.Namespace, st: "Settings", name: str, fallbac
 
 
 class IngestThread:
-    """The ingest loop of a service, in a thread; if it dies, it stops the whole service."""
+    """The ingest loop of a service, in a thread; if it dies, it stops the whole service,
+    whose command then reports why (``check``)."""
 
     def __init__(self, conn: "Connection", open_store: "Callable[[], object]", role: str,
                  stop: "threading.Event") -> None:
@@ -90,14 +140,22 @@ class IngestThread:
             with self._open() as store:  # type: ignore[attr-defined]
                 make = IngestService.for_analyst if self._role == "analyst" else IngestService.for_correction
                 make(self._conn, store).run(self._stop)
-        except BaseException as e:  # noqa: BLE001 - reported by the service's exit status
+        except BaseException as e:  # noqa: BLE001 - raised again in the command's thread by check()
             self.error = e
-            print("dpsense %s: ingest stopped: %s: %s" % (self._role, type(e).__name__, e),
-                  file=sys.stderr, flush=True)
             self._stop.set()
 
     def join(self) -> None:
         self.thread.join(15)
+
+    def check(self) -> None:
+        """Raise, in the caller's thread, what stopped the ingest (one line: ServiceError)."""
+        e = self.error
+        if e is None:
+            return
+        if isinstance(e, ServiceError):         # its text already says the ingest stopped
+            raise e
+        what = str(e) if isinstance(e, DpsenseError) else "%s: %s" % (type(e).__name__, e)
+        raise ServiceError("ingest stopped: %s" % what) from e
 
 
 def stop_on_sigterm() -> "threading.Event":

@@ -19,12 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from dpsense.cloud.errors import RoundError
+
 TOKEN_SIZE = 8
 STEPS = ("presumed", "split", "rows", "result", "error")
-
-
-class RoundError(ValueError):
-    """A round message that cannot be understood."""
 
 
 def encode(step: str, round_id: int, **fields: Any) -> bytes:

@@ -22,6 +22,7 @@ from dpsense.cloud import topics
 from dpsense.cloud.correction import messages as msg
 from dpsense.cloud.correction.rules import CorrectionParams, RowReduction, Split, false_negatives, split_presumed
 from dpsense.cloud.ingest.service import Connection
+from dpsense.cloud.session import Session
 
 
 @dataclass
@@ -119,25 +120,22 @@ class CorrectionServer:
         self.open_store = open_store
         self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
         self._q: queue.Queue[bytes] = queue.Queue()
-        self._connected = threading.Event()
+        self.session = Session(conn, "correction server", self.log)
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=False,
                         protocol=mqtt.MQTTv311)
         c.username_pw_set(conn.username, conn.password)
         c.on_connect = self._on_connect
+        c.on_disconnect = lambda cl, u, flags, reason, props: self.session.lost(reason)
         c.on_message = lambda cl, u, m: self._q.put(bytes(m.payload))
         self._client = c
         self.rounds_done = 0
 
     def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
-        if not reason.is_failure:
+        if self.session.accepted(reason):
             client.subscribe(topics.ROUND_TO_CS, qos=1)
-            self._connected.set()
 
     def run(self, stop: threading.Event) -> None:
-        self._client.connect(self.conn.host, self.conn.port, keepalive=self.conn.keepalive)
-        self._client.loop_start()
-        if not self._connected.wait(10):
-            raise ConnectionError("correction server: no broker connection")
+        self.session.start(self._client)
         store = self.open_store()
         rounds = CorrectionRounds(self.params, store.lookup)
         try:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dpsense.cloud.datasets import DataNotInstalled
 from dpsense.cloud.privacy.mechanisms import PaperModeWarning, SmoothSensitivityGaussian
 from dpsense.cloud.privacy.outlier_count import global_sensitivity, smooth_bound, subspace_degrees
 from dpsense.cloud.privacy.subspaces import coefficient, utilities
@@ -219,7 +220,7 @@ def run_scenario1(cfg: Paper4Config, progress: Callable[[str], None] | None = No
         for draw in range(cfg.draws):
             try:
                 x, _ = make_data(cfg, name, draw)
-            except RuntimeError as e:          # DataNotInstalled
+            except DataNotInstalled as e:
                 cfg.skipped[name] = str(e)
                 if progress:
                     progress("skip %s: %s" % (name, e))
@@ -303,7 +304,7 @@ def run_scenario2(cfg: Paper4Config, progress: Callable[[str], None] | None = No
         for draw in range(cfg.draws):
             try:
                 x, is_out = make_data(cfg, name, draw)
-            except RuntimeError as e:
+            except DataNotInstalled as e:
                 cfg.skipped[name] = str(e)
                 if progress:
                     progress("skip %s: %s" % (name, e))

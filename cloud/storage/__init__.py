@@ -22,12 +22,14 @@ from .repository import (
     Gap,
     Reading,
     StorageError,
+    StorageUnavailable,
     Window,
 )
 
 __all__ = [
     "CONFLICTING_DUPLICATE", "AnalystStore", "Correction", "CorrectionStore", "DeadLetter", "Gap",
-    "Reading", "StorageError", "Window", "open_analyst_store", "open_correction_store", "open_store",
+    "Reading", "StorageError", "StorageUnavailable", "Window", "open_analyst_store", "open_correction_store",
+    "open_store",
 ]
 
 Role = Literal["analyst", "correction"]

@@ -32,6 +32,7 @@ from .repository import (
     Gap,
     Reading,
     StorageError,
+    StorageUnavailable,
     Window,
     check_limit,
     correction_conflict,
@@ -126,6 +127,8 @@ class _PostgresDatabase:
             # autocommit: every transaction is an explicit ``with conn.transaction()`` block.
             conn = psycopg.connect(self._url, autocommit=True, application_name="dpsense-%s" % self._kind)
             conn.execute(self._staging)
+        except psycopg.OperationalError as err:
+            raise StorageUnavailable("cannot connect to PostgreSQL %s: %s" % (self.where, err)) from err
         except psycopg.Error as err:
             raise StorageError("cannot connect to PostgreSQL %s: %s" % (self.where, err)) from err
         return conn
@@ -166,6 +169,10 @@ class _PostgresDatabase:
     def _translate(self, action: str) -> Iterator[None]:
         try:
             yield
+        except psycopg.OperationalError as err:
+            # A lost connection, a server shutting down, a serialization failure or deadlock:
+            # the same call may succeed on the next try (on a new connection, see _live).
+            raise StorageUnavailable("cannot %s in PostgreSQL %s: %s" % (action, self.where, err)) from err
         except psycopg.Error as err:
             raise StorageError("cannot %s in PostgreSQL %s: %s" % (action, self.where, err)) from err
 

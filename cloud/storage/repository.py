@@ -19,7 +19,9 @@ Rules shared by every backend:
 * Row ids of readings grow in commit order (PostgreSQL may skip numbers): ``readings_after``
   and ``window`` walk the readings in the order they arrived, and a reader that remembers the
   last row id it saw misses none.
-* Errors of the database become ``StorageError``; invalid arguments raise ``ValueError``.
+* Errors of the database become ``StorageError`` (``StorageUnavailable`` when the database is
+  busy, locked or out of reach, so that a retry may succeed); invalid arguments raise
+  ``ValueError``.
 """
 from __future__ import annotations
 
@@ -33,13 +35,10 @@ from typing import Any, NamedTuple, Self
 import numpy as np
 import numpy.typing as npt
 
+from dpsense.cloud.errors import StorageError, StorageUnavailable
 from dpsense.protocol import wire
 
 CONFLICTING_DUPLICATE = "conflicting duplicate"
-
-
-class StorageError(Exception):
-    """A database could not be opened, read or written; the text says which and why."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from .repository import (
     Gap,
     Reading,
     StorageError,
+    StorageUnavailable,
     Window,
     check_limit,
     correction_conflict,
@@ -43,6 +44,14 @@ from .repository import (
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 10_000
 _APPLICATION_IDS = {"analyst": 0x64707341, "correction": 0x64707343}    # "dpsA", "dpsC"
+# Another connection held the lock for longer than BUSY_TIMEOUT_MS: a later retry may succeed.
+_TRANSIENT = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _storage_error(message: str, err: sqlite3.Error) -> StorageError:
+    code = getattr(err, "sqlite_errorcode", None)
+    transient = code is not None and code & 0xFF in _TRANSIENT      # low byte: the primary code
+    return (StorageUnavailable if transient else StorageError)(message)
 _KEYS_PER_QUERY = 500    # tokens per IN list, well below SQLite's 32766-parameter limit
 
 _DEAD_LETTERS_SQL = (
@@ -96,7 +105,7 @@ class _SqliteDatabase:
             # isolation_level=None: no implicit transactions; _write() issues BEGIN/COMMIT itself.
             self._conn = sqlite3.connect(path, isolation_level=None)
         except sqlite3.Error as err:
-            raise StorageError("cannot open SQLite database %s: %s" % (path, err)) from err
+            raise _storage_error("cannot open SQLite database %s: %s" % (path, err), err) from err
         try:
             self._configure()
             self._ensure_schema()
@@ -163,7 +172,7 @@ class _SqliteDatabase:
         try:
             yield
         except sqlite3.Error as err:
-            raise StorageError("cannot %s in %s: %s" % (action, self.path, err)) from err
+            raise _storage_error("cannot %s in %s: %s" % (action, self.path, err), err) from err
 
     @contextmanager
     def _write(self, action: str) -> Iterator[sqlite3.Cursor]:

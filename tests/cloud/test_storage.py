@@ -24,6 +24,7 @@ from dpsense.cloud.storage import (
     Gap,
     Reading,
     StorageError,
+    StorageUnavailable,
     open_analyst_store,
     open_correction_store,
     open_store,
@@ -315,7 +316,7 @@ def test_postgres_store_reconnects_after_losing_its_connection(postgres_url: str
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                           " WHERE application_name = 'dpsense-analyst' AND datname = current_database()")
-        with pytest.raises(StorageError):
+        with pytest.raises(StorageUnavailable):                 # the ingest retries this kind
             store.add_batch([reading(7, 1, 1)], [])
         assert store.add_batch([reading(7, 1, 1)], []) == 1    # the retry runs on a new connection
         assert store.count() == 2

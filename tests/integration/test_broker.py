@@ -188,3 +188,21 @@ def test_broker_restart_keeps_queued_messages(tmp_path):
         sub = Peer(b, "analyst", client_id="restart-analyst", clean=False)
         assert _wait_for(lambda: len(sub.got) >= 500, 15), "received %d of 500" % len(sub.got)
         sub.close()
+
+
+@pytest.mark.parametrize("argv", [["analyst"], ["correction-server", "--w-o", "5"], ["ingest", "--role", "analyst"]])
+def test_a_service_the_broker_refuses_says_so_in_one_line(broker, tmp_path, argv):
+    """A wrong password: the broker answers CONNACK "Not authorized"; the service stops at once
+    with that reason (it used to wait 10 s and say only "no broker connection")."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, DPSENSE_BROKER_PASSWORD="wrong")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", *argv, "--data-dir", str(tmp_path),
+                        "--broker-port", str(broker.port)], capture_output=True, text=True, timeout=30, env=env)
+    assert time.monotonic() - t0 < 8, r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    user = "correction" if argv[0] == "correction-server" else "analyst"
+    assert r.stderr.splitlines()[-1] == ("dpsense %s: the broker at 127.0.0.1:%d refused account %s: Not authorized"
+                                         % (argv[0], broker.port, user)), r.stderr

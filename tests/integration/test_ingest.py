@@ -168,7 +168,7 @@ def live_ingest(broker, tmp_path):
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    assert _wait(lambda: svc._connected.is_set(), 10)
+    assert _wait(lambda: svc.session.up.is_set(), 10)
     yield svc, db, result
     stop.set()
     t.join(10)

@@ -20,6 +20,7 @@ MODULES = (
     "tests.portable.test_mbnode",
     "tests.portable.test_mbcfg",
     "tests.portable.test_fw_config",
+    "tests.portable.test_fw_sensor",
     "tests.portable.test_fw_ring",
     "tests.portable.test_fw_ledger",
     "tests.portable.test_fw_mqtt",
