@@ -35,6 +35,7 @@ class Stimulus:
             row = self._rows[self.count]
         else:
             row = None
+            assert self._f is not None      # a file source when there are no rows
             while row is None:
                 line = self._f.readline()
                 if not line:
