@@ -11,11 +11,13 @@
 # * esp32, pico_w: the board's view, as tools/deploy.py lays it out (firmware/*.py and
 #   firmware/boards/ at the root, the shared_protocol package beside them), against the
 #   MicroPython stubs of the port. Those stubs replace the standard library, so each port's
-#   are merged into a typeshed of their own (out/stubs/<port>/typeshed), for
-#   --custom-typeshed-dir, as micropython-stdlib-stubs intends.
+#   are merged into a typeshed of their own (out/stubs/<port>/typeshed) that mypy reads
+#   instead of its own (--custom-typeshed-dir); scripts/mypy-board.ini has the options.
 # * firmware/mb*.py (the micro:bit's own modules) are not checked: the only micro:bit stubs,
-#   micropython-microbit-stubs-*, describe the V2 port, not the MicroPython 1.9 of the
-#   micro:bit v1 this firmware runs on (tools/deploy.py, the qemu rig).
+#   micropython-microbit-stubs-*, describe the V2 port, not the MicroPython 1.9.2 of the
+#   micro:bit v1 this firmware runs on (the qemu rig runs that one).
+# * tools/ptyboard_shims/ is MicroPython code for the unix port (the stand-in board), left out
+#   of the CPython check (pyproject.toml: exclude).
 #
 # Paths in the output are the repository's (the links above are mapped back).
 set -uo pipefail
