@@ -168,7 +168,7 @@ def parse_event(line: bytes) -> dict[str, Any]:
     return ev
 
 
-def expand_event(ev: dict[str, Any], boot: dict[str, Any] | None) -> tuple[list[str], dict | None]:
+def expand_event(ev: dict[str, Any], boot: dict[str, Any] | None) -> tuple[list[str], dict[str, Any] | None]:
     """Console lines and status message (or None) of a parsed event, in the words of the
     full firmware (app.py). ``boot``: the board's last ``boot`` event (device, boot id,
     board, entropy), which the later events of that boot do not repeat."""
@@ -388,10 +388,12 @@ def run(port: str, device_id: int, host: str, port_no: int, password: str,
                          clean_session=True, protocol=mqtt.MQTTv311)
     client.username_pw_set(user, password)
     client.max_inflight_messages_set(100)
-    client.reconnect_delay_set(0.2, 5)
+    # paho annotates the delays as int; it waits for any number of seconds.
+    client.reconnect_delay_set(0.2, 5)  # type: ignore[arg-type]
     connected = threading.Event()
 
-    def on_connect(c, userdata, flags, reason, props):
+    def on_connect(c: mqtt.Client, userdata: Any, flags: mqtt.ConnectFlags, reason: mqtt.ReasonCode,
+                   props: mqtt.Properties | None) -> None:
         if reason.is_failure:
             log("gateway: broker refused %s: %s" % (user, reason))
             return

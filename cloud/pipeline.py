@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from collections.abc import Callable
 from typing import TextIO
 
 import numpy as np
@@ -226,7 +227,7 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
     return 0
 
 
-def _progress(label: str):  # type: ignore[no-untyped-def]
+def _progress(label: str) -> Callable[[int, int], None]:
     def report(i: int, n: int) -> None:
         print("  %s %d / %d" % (label, i, n), file=sys.stderr, flush=True)
     return report

@@ -35,7 +35,7 @@ except ImportError:
     from fixedpoint import Affine
     from mechanism import Column, RecordMechanism
     from rng import UrandomRNG
-    import wire
+    import wire  # type: ignore[no-redef]  # flat file system: the same module
     from config import ConfigError, board_name, validate
 
 from ledger import CAPPED, OK, Ledger, frac_text
@@ -225,6 +225,7 @@ class App:
                     else:
                         self.log("idle: all %d records acknowledged (%d resent)"
                                  % (self.released, link.resent))
+                    assert self.ring is not None    # _serial() made the link and the ring
                     self.ring.close()
                     return
                 # Short sleeps: the gateway's answers wait on stdin.

@@ -110,12 +110,13 @@ def _wrap_tls(sock, host, ca):
     try:
         import ssl
     except ImportError:
-        import ussl as ssl   # MicroPython before 1.20
+        import ussl as ssl   # type: ignore[no-redef]  # MicroPython before 1.20
     if ca is None:
         # Encrypted but the broker is not authenticated; provisioning should set broker_ca.
         return ssl.wrap_socket(sock, server_hostname=host)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.verify_mode = ssl.CERT_REQUIRED
+    # The ports' stubs leave verify_mode out of tls.SSLContext; MicroPython's ssl docs have it.
+    ctx.verify_mode = ssl.CERT_REQUIRED  # type: ignore[attr-defined]
     ctx.load_verify_locations(cafile=ca)
     return ctx.wrap_socket(sock, server_hostname=host)
 
@@ -227,9 +228,12 @@ class MQTTClient:
         self._last_tx = self.clock.ticks_ms()
 
     def _read_exact(self, n, deadline):
+        s = self.sock
+        if s is None:
+            raise MQTTError("not connected")
         out = b""
         while len(out) < n:
-            chunk = self.sock.read(n - len(out))
+            chunk = s.read(n - len(out))
             if chunk is None:
                 self._wait(deadline, "read")
             elif not chunk:

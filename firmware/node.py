@@ -16,7 +16,7 @@ try:
     from shared_protocol.tokens import new_token
     from shared_protocol.framing import frame
 except ImportError:
-    import wire
+    import wire  # type: ignore[no-redef]  # flat file system: the same module
     from tokens import new_token
     from framing import frame
 

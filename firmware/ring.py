@@ -105,6 +105,7 @@ class Ring:
 
     def _scan(self):
         f = self._f
+        assert f is not None        # open from __init__ until close()
         n = self.n
         st = self._states
         head = 0
@@ -136,6 +137,8 @@ class Ring:
         """Store one record; returns its ordinal. Drops (and counts) the oldest when full."""
         if len(reading) > self.room or len(correction) != _CORRECTION_SIZE:
             raise ValueError("record does not fit the ring's slots")
+        f = self._f
+        assert f is not None
         n = self.n
         o = self.head
         if o - self.tail >= n:
@@ -143,16 +146,16 @@ class Ring:
             self.pending -= 1
             self.dropped += 1
             self._advance()
-            self._f.seek(8)             # header: dropped u32
-            self._f.write(struct.pack("<I", self.dropped))
+            f.seek(8)                   # header: dropped u32
+            f.write(struct.pack("<I", self.dropped))
         i = o % n
         buf = bytearray(self.slot)
         struct.pack_into(_SLOT_HEAD, buf, 0, _USED | _PENDING, len(reading), 0, o)
         buf[_SLOT_HEAD_SIZE:_SLOT_HEAD_SIZE + len(reading)] = reading
         buf[_SLOT_HEAD_SIZE + self.room:] = correction
-        self._f.seek(_HEAD_SIZE + i * self.slot)
-        self._f.write(buf)
-        self._f.flush()
+        f.seek(_HEAD_SIZE + i * self.slot)
+        f.write(buf)
+        f.flush()
         self._states[i] = _USED | _PENDING
         self.head = o + 1
         if self.pending == 0:
@@ -172,6 +175,7 @@ class Ring:
         if not parts:
             return None
         f = self._f
+        assert f is not None
         f.seek(_HEAD_SIZE + (o % self.n) * self.slot)
         buf = f.read(self.slot)
         rlen = buf[1]
@@ -207,6 +211,7 @@ class Ring:
     def sync(self):
         """Write the acknowledgement states changed since the last sync."""
         f = self._f
+        assert f is not None
         for i in self._dirty:
             f.seek(_HEAD_SIZE + i * self.slot)
             f.write(bytes([self._states[i]]))

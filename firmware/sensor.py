@@ -48,6 +48,7 @@ class Stimulus:
             row = self._rows[self.count]
         else:
             row = None
+            assert self._f is not None      # a file source when there are no rows
             while row is None:
                 line = self._f.readline()
                 if not line:
@@ -77,7 +78,9 @@ class Stimulus:
         return row
 
     def _bad(self, what):
-        self._f.close()
+        f = self._f
+        assert f is not None   # only called while reading, before close()
+        f.close()
         raise StimulusError("%s:%d: %s" % (self._path, self._line, what))
 
 

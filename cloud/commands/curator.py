@@ -222,13 +222,14 @@ def do_query(args: argparse.Namespace) -> int:
         else:
             if args.paper_mode:
                 raise UsageError("--paper-mode applies to the selection alone (omit --epsilon-count)")
-            rel = subspaces_with_counts(x, k=args.k, r=args.r, h=args.h, epsilon_select=args.epsilon_select,
-                                        epsilon_count=args.epsilon_count, delta=args.delta,
-                                        count_method=args.method, accountant=acct, dataset=args.dataset,
-                                        rng=rng)
-            for s, c in zip(rel.subspaces, rel.counts):
+            counted = subspaces_with_counts(x, k=args.k, r=args.r, h=args.h,
+                                            epsilon_select=args.epsilon_select,
+                                            epsilon_count=args.epsilon_count, delta=args.delta,
+                                            count_method=args.method, accountant=acct,
+                                            dataset=args.dataset, rng=rng)
+            for s, c in zip(counted.subspaces, counted.counts):
                 print("subspace %s: outlier count %s" % (",".join(map(str, s)), c))
-            print("guarantee: %s" % rel.guarantee)
+            print("guarantee: %s" % counted.guarantee)
     if acct is not None:
         print(acct.summary(args.dataset))
     return 0

@@ -111,7 +111,8 @@ class IngestService:
                         clean_session=False, protocol=mqtt.MQTTv311, manual_ack=True)
         c.username_pw_set(self.conn.username, self.conn.password)
         c.max_inflight_messages_set(1000)
-        c.reconnect_delay_set(0.2, 5)
+        # paho annotates the delays as int; it waits for any number of seconds.
+        c.reconnect_delay_set(0.2, 5)  # type: ignore[arg-type]
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_message = self._on_message
@@ -160,7 +161,8 @@ class IngestService:
     def process(self, batch: list[_Msg], stop: threading.Event | None = None) -> bool:
         """Store ``batch`` and acknowledge it; False if ``stop`` was set while a failed commit
         waited for its retry (the batch is then left to the broker to redeliver)."""
-        records, dead = [], []
+        records: list[Any] = []
+        dead: list[DeadLetter] = []
         for m in batch:
             r = self.classify(m.topic, m.payload, m.received_at)
             (dead if isinstance(r, DeadLetter) else records).append(r)

@@ -39,7 +39,7 @@ from dpsense.cloud.simulate import DeviceProfile
 
 from .accountant import BudgetAccountant
 from .mechanisms import Exponential, Laplace
-from .validation import Rng, check_bounds, check_epsilon, check_rng
+from .validation import Rng, check_bounds, check_epsilon, check_rng, is_real
 
 __all__ = ["CalibrationShares", "dp_calibrate", "dp_mean", "dp_quantile", "dp_relaxed_sensitivity", "load_csv"]
 
@@ -127,7 +127,8 @@ def dp_quantile(data: Data, *, q: float, bounds: tuple[float, float], epsilon: o
     x = np.asarray(data() if callable(data) else data, dtype=float).ravel()
     out = _quantile(x, qq, float(lo), float(hi), g, eps, rng)
     if accountant is not None:
-        accountant.spend(dataset, eps, query=query)     # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.spend(dataset, eps, query=query)
     return out
 
 
@@ -167,7 +168,8 @@ def dp_mean(data: Data, *, bounds: tuple[float, float], epsilon: object, rng: Rn
         raise ValueError("no records")
     out = _mean(x, float(lo), float(hi), eps, rng)
     if accountant is not None:
-        accountant.spend(dataset, eps, query=query)     # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.spend(dataset, eps, query=query)
     return out
 
 
@@ -278,7 +280,7 @@ def dp_calibrate(data: Data, *, bounds: tuple[float, float], epsilon: object, de
         check_epsilon(float(device_epsilon))
     except ValueError:
         raise ValueError("device_epsilon must be a decimal > 0, got %r" % device_epsilon) from None
-    if isinstance(quantum, bool) or not isinstance(quantum, numbers.Real) or not quantum > 0:
+    if not is_real(quantum) or not quantum > 0:
         raise ValueError("quantum must be a number > 0")
     if not 0 < outlier_percent < 100:
         raise ValueError("outlier_percent must be in (0, 100)")
@@ -293,7 +295,8 @@ def dp_calibrate(data: Data, *, bounds: tuple[float, float], epsilon: object, de
     if sh.w_o > 0:
         parts.append(("w_O", eps * sh.w_o))
     if accountant is not None:
-        accountant.check(dataset, eps)               # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.check(dataset, eps)
     x = np.asarray(data() if callable(data) else data, dtype=float)
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
         raise ValueError("calibration data must be a non-empty (n, d) matrix")
@@ -316,7 +319,8 @@ def dp_calibrate(data: Data, *, bounds: tuple[float, float], epsilon: object, de
         w_o = max(0.0, top - bottom)
     if accountant is not None:
         for name, e in parts:
-            accountant.spend(dataset, e, query="calibrate: " + name)   # type: ignore[arg-type]
+            assert dataset is not None    # checked with the accountant: both or neither
+            accountant.spend(dataset, e, query="calibrate: " + name)
     return DeviceProfile(quantum=float(quantum), domain=max(abs(lo), abs(hi)),
                          delta_q=tuple(max(1, int(round(r / quantum))) for r in rs),
                          epsilon=device_epsilon, centre_q=tuple(int(c) for c in np.rint(centre / quantum)),
