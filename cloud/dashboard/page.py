@@ -104,7 +104,9 @@ function drawSummary(s) {
   tile("t-ingested", known(s.ingested), s.ingested !== null);
   tile("t-duplicates", known(s.duplicates), s.duplicates !== null);
   tile("t-dead", num(s.dead_letters), true);
-  tile("t-gaps", num(s.missing) + " in " + num(s.boots_with_gaps) + " boots", true);
+  tile("t-gaps", num(s.missing), true);
+  document.querySelector("#t-gaps .k").textContent = "gaps: missing sequence numbers, in " +
+    num(s.boots_with_gaps) + (s.boots_with_gaps === 1 ? " device boot" : " device boots");
   tile("t-windows", known(s.windows_closed), s.windows_closed !== null);
   tile("t-failed", known(s.rounds_failed), s.rounds_failed !== null);
   const last = s.latency ? s.latency.last_s : null;

@@ -95,6 +95,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if url.path == "/":
                 self._send(HTTPStatus.OK, "text/html; charset=utf-8", self.server.page)
+            elif url.path == "/favicon.ico":
+                self._send(HTTPStatus.NO_CONTENT, "image/x-icon", b"")     # browsers ask; there is none
             elif url.path == "/metrics":
                 self._send(HTTPStatus.OK, CONTENT_TYPE_LATEST, generate_latest(self.server.registry))
             elif url.path == "/api/summary":
@@ -157,7 +159,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: HTTPStatus, content_type: str, body: bytes) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        if status != HTTPStatus.NO_CONTENT:
+            self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Referrer-Policy", "no-referrer")
