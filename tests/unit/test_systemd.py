@@ -75,9 +75,9 @@ def test_systemd_analyze_verify_and_security(tmp_path: Path) -> None:
     here = str(Path(sys.executable).parent / "dpsense")
     files = []
     for name in SERVICES:
-        f = tmp_path / (name + ".service")
-        f.write_text((UNITS / f.name).read_text().replace(INSTALLED, here))
-        files.append(str(f))
+        unit = tmp_path / (name + ".service")
+        unit.write_text((UNITS / unit.name).read_text().replace(INSTALLED, here))
+        files.append(str(unit))
     # Unknown keys and bad values are only warnings to verify: any output is a failure here.
     r = subprocess.run(["systemd-analyze", "verify", "--man=no", *files], capture_output=True, text=True,
                        timeout=60)
