@@ -21,6 +21,7 @@ import ipaddress
 import json
 import socket
 import sys
+import threading
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,6 +37,7 @@ from .data import RATE_WINDOW_S, DashboardSource
 from .metrics import metrics_registry
 
 MAX_WINDOWS = 500
+_STORE_PATHS = ("/metrics", "/api/summary", "/api/windows", "/api/devices", "/api/candidates")
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
@@ -69,7 +71,20 @@ class DashboardServer(ThreadingHTTPServer):
         self.page = page.render(store_label, refresh_s, RATE_WINDOW_S).encode("utf-8")
         self.csp = page.content_security_policy()
         self.registry = metrics_registry(source)
+        self._store_error: str | None = None
+        self._error_lock = threading.Lock()
         super().__init__((str(infos[0][4][0]), port), _Handler)
+
+    def note_store_error(self, message: str | None) -> None:
+        """Log when the store becomes unreadable, with why, and when it is readable again."""
+        with self._error_lock:
+            if message != self._store_error:
+                if message is not None:
+                    sys.stderr.write("dashboard: cannot read the store: %s\n" % message)
+                elif self._store_error is not None:
+                    sys.stderr.write("dashboard: the store can be read now\n")
+                sys.stderr.flush()
+                self._store_error = message
 
     @property
     def url(self) -> str:
@@ -123,11 +138,16 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._error(HTTPStatus.NOT_FOUND, "no such page: %s" % url.path)
         except StorageError as e:
+            self.server.note_store_error(str(e))
             self._error(HTTPStatus.SERVICE_UNAVAILABLE, str(e))
+            return
         except (ValueError, KeyError, TypeError) as e:
             # A stored result this reader does not understand: say so, keep serving.
             sys.stderr.write("dashboard: %s: %s: %s\n" % (url.path, type(e).__name__, e))
             self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "cannot read the store's results: %s" % e)
+            return
+        if url.path in _STORE_PATHS:
+            self.server.note_store_error(None)
 
     def _refuse(self) -> None:
         self.close_connection = True
@@ -169,8 +189,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        # A page polling every few seconds would fill the journal; only failed requests are logged.
-        if isinstance(code, int) and code >= 400:
+        # A page polling every few seconds would fill the journal: only failed requests are
+        # logged, and an unreadable store once per change (note_store_error).
+        if isinstance(code, int) and code >= 400 and code != HTTPStatus.SERVICE_UNAVAILABLE:
             super().log_request(code, size)
 
 

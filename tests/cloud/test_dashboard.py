@@ -211,19 +211,22 @@ def test_metrics_are_the_store_counters(served: DashboardServer) -> None:
         assert families[name].type == "counter" and families[name].samples == []
 
 
-def test_a_store_that_cannot_be_read_is_a_503(tmp_path: Path) -> None:
+def test_a_store_that_cannot_be_read_is_a_503_logged_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def broken() -> Any:
         raise StorageError("no analyst store at %s yet" % tmp_path)
     server = DashboardServer(("127.0.0.1", 0), StoreSource(broken), store_label="x")
     t = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     t.start()
     try:
-        status, _, body = _request(server, "/api/summary")
-        assert status == 503 and "no analyst store" in json.loads(body)["error"]
-        assert _request(server, "/metrics")[0] == 503
+        for _ in range(3):
+            status, _, body = _request(server, "/api/summary")
+            assert status == 503 and "no analyst store" in json.loads(body)["error"]
+            assert _request(server, "/metrics")[0] == 503
+            assert _request(server, "/")[0] == 200
     finally:
         server.shutdown()
         server.server_close()
+    assert capsys.readouterr().err == "dashboard: cannot read the store: no analyst store at %s yet\n" % tmp_path
 
 
 @pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("127.1.2.3", True), ("::1", True),
