@@ -244,7 +244,8 @@ function drawPlot(c) {
   svg.replaceChildren(...g);
   const shownCands = c.presumed.length + c.added.length;
   document.getElementById("plot-title").textContent = "Window " + c.window + ": " + num(c.candidates) +
-    " candidates among " + num(c.readings) + " readings" + (shownCands < c.candidates ? " (" + num(shownCands) + " plotted)" : "");
+    (c.candidates === 1 ? " candidate" : " candidates") + " among " + num(c.readings) + " readings" +
+    (shownCands < c.candidates ? " (" + num(shownCands) + " plotted)" : "");
   document.getElementById("plot-title").dataset.candidates = c.candidates;
   const others = c.readings - c.candidates - c.removed.length;
   const counts = {others: "sample of " + num(c.others.length) + " of " + num(Math.max(0, others)),

@@ -4,6 +4,7 @@ A fleet of 3 simulated devices publishes 3000 readings (one withheld, so device 
 one malformed message, so there is a dead letter); the analyst closes one count window of
 2000. The page must show each device with the store's reading count, and the latest
 window's candidate count as stored; /metrics must parse and carry the store's counters.
+A second test drives the window and column pickers over a small store written directly.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -25,10 +27,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from dpsense.cloud import topics
 from dpsense.cloud.broker import Broker, free_port
 from dpsense.cloud.config import Settings
-from dpsense.cloud.dashboard.data import MAX_POINTS
+from dpsense.cloud.dashboard.data import MAX_POINTS, StoreSource
+from dpsense.cloud.dashboard.server import DashboardServer
 from dpsense.cloud.datasets import paper1_synthetic
 from dpsense.cloud.simulate import Encoded, FleetPublisher, calibrate, encode_fleet
-from dpsense.cloud.storage import open_analyst_store
+from dpsense.cloud.storage import Reading, open_analyst_store
 from tests.integration.procs import stop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,8 +40,6 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 DEVICES, N, WINDOW = 3, 3000, 2000
 WITHHELD = 3 * 5 + 1            # row of device 2's seq 5: never published, so one gap
 
-pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
-                                reason="Debian package 'mosquitto' is not installed")
 
 
 def _service(args: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -88,6 +89,63 @@ def _browser() -> Any:
         pytest.skip("headless chromium cannot start here: %s" % str(e).splitlines()[0])
 
 
+def _store_with_two_windows(url: str, columns: int) -> None:
+    """40 readings of ``columns`` columns from 2 devices; windows 0 (rows 1..20) and 1 (rows 21..40)."""
+    now = time.time()
+    with open_analyst_store(url) as s:
+        s.add_batch([Reading(i % 2 + 1, 1, i // 2, i.to_bytes(8, "little"), 1,
+                             tuple(100 * i * (c + 1) for c in range(columns)), "dpsense/readings/d%d" % (i % 2 + 1),
+                             now) for i in range(40)], [])
+        for w, cand in ((0, [3, 4, 5]), (1, [30])):
+            first = 20 * w + 1
+            s.save_window_result(w, {"window": w, "first_row": first, "last_row": first + 19, "n": 20,
+                                     "presumed": len(cand), "fp": 0, "fn": 0, "candidates": len(cand),
+                                     "missing_corrections": 0, "split_accepted": True, "presumed_rows": cand,
+                                     "candidate_rows": cand, "round_s": 0.5})
+
+
+@pytest.mark.parametrize("columns", [3, 1])
+def test_choosing_a_window_and_columns_in_a_browser(tmp_path: Path, columns: int) -> None:
+    """The plot follows the latest window until another is picked; columns are chosen when there
+    are more than two, and a one-column window is plotted against arrival order."""
+    url = "sqlite:///%s" % (tmp_path / "analyst.db")
+    _store_with_two_windows(url, columns)
+    server = DashboardServer(("127.0.0.1", 0), StoreSource(lambda: open_analyst_store(url)), store_label=url,
+                             refresh_s=0.5)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    driver = _browser()
+    try:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import Select
+        driver.get(server.url)
+        title = lambda: driver.find_element(By.ID, "plot-title").text  # noqa: E731
+        _wait("the latest window plotted", lambda: title().startswith("Window 1: 1 candidate among 20 readings"), 20)
+        driver.find_element(By.CSS_SELECTOR, "#windows tbody tr[data-window='0']").click()
+        _wait("window 0 plotted", lambda: title().startswith("Window 0: 3 candidates"), 20)
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#plot circle.pt-presumed")) == 3
+        assert Select(driver.find_element(By.ID, "window-pick")).first_selected_option.text == "window 0"
+        time.sleep(1.0)                 # two refreshes: the choice must survive them
+        assert title().startswith("Window 0")
+        if columns == 3:
+            Select(driver.find_element(By.ID, "y-col")).select_by_visible_text("column 3")
+            _wait("column 3 on the y axis", lambda: driver.find_element(By.ID, "y-label").text ==
+                  "column 3, perturbed value (quanta)", 10)
+        else:
+            assert not driver.find_element(By.ID, "columns").is_displayed()
+            assert driver.find_element(By.ID, "x-label").text == "reading in the window (arrival order)"
+            assert driver.find_element(By.ID, "y-label").text == "column 1, perturbed value (quanta)"
+        Select(driver.find_element(By.ID, "window-pick")).select_by_value("latest")
+        _wait("back to the latest window", lambda: title().startswith("Window 1"), 10)
+        assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+    finally:
+        driver.quit()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.mark.skipif(shutil.which("mosquitto_passwd") is None, reason="Debian package 'mosquitto' is not installed")
 def test_dashboard_in_a_browser(tmp_path: Path) -> None:
     data_dir, logs = tmp_path / "data", tmp_path / "logs"
     data_dir.mkdir()
