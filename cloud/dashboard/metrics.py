@@ -42,7 +42,7 @@ class SourceCollector(Collector):
                                   "Duration of each completed correction round, from the presumed set "
                                   "to the result.")
         if s.latency is not None:
-            buckets = [("%g" % b, float(c)) for b, c in zip(LATENCY_BUCKETS_S, s.latency.buckets)]
+            buckets = [("%g" % b, float(c)) for b, c in zip(LATENCY_BUCKETS_S, s.latency.buckets, strict=True)]
             h.add_metric([], buckets + [("+Inf", float(s.latency.count))], s.latency.total_s)
         yield h
 

@@ -231,13 +231,15 @@ function drawPlot(c) {
   g.push(el("svg:line", {class: "axis", x1: PLOT.left, x2: PLOT.left, y1: PLOT.top, y2: PLOT.top + H}));
   const xLabel = one ? "reading in the window (arrival order)" : "column " + (xCol + 1) + ", perturbed value (quanta)";
   const yLabel = one ? "column 1, perturbed value (quanta)" : "column " + (yCol + 1) + ", perturbed value (quanta)";
-  g.push(el("svg:text", {id: "x-label", class: "label", x: PLOT.left + W / 2, y: PLOT.h - 14, "text-anchor": "middle"}, xLabel));
+  g.push(el("svg:text", {id: "x-label", class: "label", x: PLOT.left + W / 2, y: PLOT.h - 14,
+                         "text-anchor": "middle"}, xLabel));
   g.push(el("svg:text", {id: "y-label", class: "label", transform: "rotate(-90)", x: -(PLOT.top + H / 2), y: 18,
                          "text-anchor": "middle"}, yLabel));
   for (const [k, cls, r] of KINDS) {
     for (const p of c[k]) {
       const dot = el("svg:circle", {class: cls, cx: sx(xOf(p)).toFixed(1), cy: sy(yOf(p)).toFixed(1), r: r});
-      dot.append(el("svg:title", {}, "device " + p.device + ", boot " + p.boot + ", seq " + p.seq + ": (" + p.values.join(", ") + ")"));
+      dot.append(el("svg:title", {}, "device " + p.device + ", boot " + p.boot + ", seq " + p.seq +
+                    ": (" + p.values.join(", ") + ")"));
       g.push(dot);
     }
   }

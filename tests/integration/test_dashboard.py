@@ -168,7 +168,7 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
             procs.append(_service(["correction-server", *common], logs / "cs.log"))
             procs.append(_service(["analyst", *common, "--window", str(WINDOW)], logs / "analyst.log"))
             for name in ("cs.log", "analyst.log"):
-                _wait("%s subscribed" % name, lambda: _in_log(logs / name, b"ingest: subscribed"), 30, logs / name)
+                _wait("%s subscribed" % name, lambda n=name: _in_log(logs / n, b"ingest: subscribed"), 30, logs / name)
 
             enc = _withhold(encode_fleet(x, profile, DEVICES, seed=3), WITHHELD)
             pub = FleetPublisher(settings, broker, DEVICES)
