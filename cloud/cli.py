@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 
 from dpsense.cloud.commands.common import HelpFormatter
 from dpsense.cloud.commands.curator import do_curator, do_query, parser_curator, parser_query
+from dpsense.cloud.commands.dashboard import do_dashboard, parser_dashboard
 from dpsense.cloud.commands.demo import (
     do_demo,
     do_perturb,
@@ -54,6 +55,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argpars
     "correction-server": (do_correction, parser_correction,
                           "ingest correction records and answer correction rounds (sees no values)"),
     "status": (do_status, parser_status, "counts, sequence gaps and dead letters of both stores"),
+    "dashboard": (do_dashboard, parser_dashboard,
+                  "serve a read-only live view of the analyst's store and Prometheus metrics (loopback)"),
     "simulate": (do_simulate, parser_simulate, "publish a data set as N virtual devices through the broker"),
     "experiment": (do_experiment, parser_experiment,
                    "reproduce a paper's experiment (paper1: Fig. 3; paper2; paper4: Figs. 3-7; verify: paper 1 + 2)"),

@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBS=(mosquitto mosquitto-clients qemu-system-arm firmware-microbit-micropython postgresql)
+DEBS=(mosquitto mosquitto-clients qemu-system-arm firmware-microbit-micropython postgresql chromium chromium-driver)
 
 missing=()
 for p in "${DEBS[@]}"; do
