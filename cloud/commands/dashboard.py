@@ -7,20 +7,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 from urllib.parse import unquote, urlsplit
 
-from dpsense.cloud.commands.common import settings_from, stop_on_sigterm
+from dpsense.cloud.commands.common import examples, settings_from, stop_on_sigterm
 
 if TYPE_CHECKING:
     from dpsense.cloud.dashboard.server import DashboardServer
     from dpsense.cloud.storage.repository import AnalystStore
 
-EXAMPLE = """example:
-  dpsense dashboard                         # http://127.0.0.1:8765/, the store in ./dpsense-data
-  dpsense dashboard --data-dir /var/lib/dpsense --port 9000
-  curl -s http://127.0.0.1:8765/metrics     # Prometheus text metrics"""
+# The page is then at http://127.0.0.1:8765/ and the Prometheus text metrics at /metrics.
+EXAMPLE = examples("dpsense dashboard",
+                   "dpsense dashboard --data-dir /var/lib/dpsense --port 9000")
 
 
 def parser_dashboard(p: argparse.ArgumentParser) -> None:
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = EXAMPLE
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; the page has no authentication, "

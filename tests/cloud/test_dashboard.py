@@ -266,7 +266,3 @@ def test_a_non_loopback_host_is_warned_about(tmp_path: Path, capsys: pytest.Capt
     assert error.startswith("dpsense dashboard: cannot listen on 192.0.2.1")
 
 
-def test_help_has_an_example(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        cli.main(["dashboard", "--help"])
-    assert "example:\n  dpsense dashboard " in capsys.readouterr().out
