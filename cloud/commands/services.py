@@ -243,12 +243,13 @@ def parser_gateway(p: argparse.ArgumentParser) -> None:
 
 def do_gateway(args: argparse.Namespace) -> int:
 
+    from dpsense.cloud import topics
     from dpsense.cloud.broker import BrokerError
     from dpsense.cloud.gateway import run
     st = settings_from(args)
     stop = stop_on_sigterm()
     try:
-        conn = connection_for(st, "d%d" % args.device_id, "unused")
+        conn = connection_for(st, topics.DEVICE_USER % args.device_id, "unused")
         run(args.port, args.device_id, st.broker_host, st.broker_port, conn.password, baud=args.baud,
             stop=stop, idle_exit=args.idle_exit, keepalive=args.keepalive)
     except KeyboardInterrupt:

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-TOKEN_SIZE = 8
+from dpsense.protocol.layout import TOKEN_SIZE
+
 STEPS = ("presumed", "split", "rows", "result", "error")
 
 
