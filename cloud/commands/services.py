@@ -192,7 +192,7 @@ def do_correction(args: argparse.Namespace) -> int:
     from dpsense.cloud.broker import BrokerError
     from dpsense.cloud.correction.rules import CorrectionParams
     from dpsense.cloud.correction.server import CorrectionServer
-    from dpsense.cloud.simulate import load_profile
+    from dpsense.cloud.profile import load_profile
     from dpsense.cloud.storage import open_correction_store
     from dpsense.cloud.storage.repository import StorageError
     st = settings_from(args)
@@ -274,7 +274,7 @@ def parser_simulate(p: argparse.ArgumentParser) -> None:
 
 
 def do_simulate(args: argparse.Namespace) -> int:
-    from dpsense.cloud.simulate import FleetError, run_simulation
+    from dpsense.cloud.commands.simulate import FleetError, run_simulation
     try:
         run_simulation(settings_from(args), args)
     except (FleetError, ValueError) as e:
