@@ -245,7 +245,7 @@ def do_gateway(args: argparse.Namespace) -> int:
 
     from dpsense.cloud import topics
     from dpsense.cloud.broker import BrokerError
-    from dpsense.cloud.gateway import run
+    from dpsense.cloud.gateway.service import run
     st = settings_from(args)
     stop = stop_on_sigterm()
     try:
