@@ -39,7 +39,7 @@ def new_url(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], str]
     if request.param == "sqlite":
         files = itertools.count()
         return lambda: "sqlite:///%s/store%d.db" % (tmp_path, next(files))
-    from dpsense.cloud.storage.pgserver import create_database
+    from tests.pgserver import create_database
     server = request.getfixturevalue("postgres_url")
     return lambda: create_database(server, "test%d" % next(_DATABASE_NUMBERS))
 
@@ -308,7 +308,7 @@ def test_correction_store_has_no_device_column(new_url: Callable[[], str]) -> No
 def test_postgres_store_reconnects_after_losing_its_connection(postgres_url: str) -> None:
     import psycopg
 
-    from dpsense.cloud.storage.pgserver import create_database
+    from tests.pgserver import create_database
     url = create_database(postgres_url, "reconnect%d" % next(_DATABASE_NUMBERS))
     with open_analyst_store(url) as store:
         store.add_batch([reading(7, 1, 0)], [])
@@ -322,7 +322,7 @@ def test_postgres_store_reconnects_after_losing_its_connection(postgres_url: str
 
 
 def test_missing_postgres_names_the_debian_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dpsense.cloud.storage import pgserver
+    from tests import pgserver
     monkeypatch.setattr(pgserver, "SEARCH_GLOB", "/nonexistent/*/bin")
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(pgserver.PostgresNotFound, match="Debian package `postgresql`"):
