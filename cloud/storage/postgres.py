@@ -36,8 +36,8 @@ from .repository import (
     check_limit,
     correction_conflict,
     dead_letter_digest,
-    pack_values,
     reading_conflict,
+    stored_values,
     unpack_values,
     values_matrix,
 )
@@ -215,7 +215,7 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
     _staging = _READING_STAGING
 
     def add_batch(self, readings: list[Reading], dead: list[DeadLetter]) -> int:
-        rows = [(i, r.device_id, r.boot_id, r.seq, bytes(r.token), r.config_id, pack_values(r.values), r.topic,
+        rows = [(i, r.device_id, r.boot_id, r.seq, bytes(r.token), r.config_id, stored_values(r), r.topic,
                  r.received_at) for i, r in enumerate(readings)]
         with self._write("store a batch of readings") as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))

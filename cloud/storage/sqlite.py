@@ -34,8 +34,8 @@ from .repository import (
     check_limit,
     correction_conflict,
     dead_letter_digest,
-    pack_values,
     reading_conflict,
+    stored_values,
     unpack_values,
     values_matrix,
 )
@@ -214,7 +214,7 @@ class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
     _schema = _ANALYST_SQL
 
     def add_batch(self, readings: list[Reading], dead: list[DeadLetter]) -> int:
-        rows = [(r.device_id, r.boot_id, r.seq, r.token, r.config_id, pack_values(r.values), r.topic,
+        rows = [(r.device_id, r.boot_id, r.seq, r.token, r.config_id, stored_values(r), r.topic,
                  r.received_at) for r in readings]
         with self._write("store a batch of readings") as cur:
             added = 0
