@@ -249,6 +249,12 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
         return [(rid, Reading(device_id, boot_id, seq, token, config_id, unpack_values(vals), topic, received_at))
                 for rid, device_id, boot_id, seq, token, config_id, vals, topic, received_at in rows]
 
+    def count_after(self, row_id: int, limit: int) -> int:
+        value: int = self._rows("count readings",
+                                "SELECT count(*) FROM (SELECT 1 FROM readings WHERE row_id > %s"
+                                " ORDER BY row_id LIMIT %s) AS r", (row_id, check_limit("limit", limit)))[0][0]
+        return value
+
     def window(self, start_row_id: int, size: int) -> Window:
         rows = self._rows("read a window",
                           "SELECT row_id, token, vals FROM readings WHERE row_id >= %s ORDER BY row_id LIMIT %s",

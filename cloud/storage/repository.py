@@ -129,6 +129,11 @@ class AnalystStore(ABC):
         """Up to ``limit`` readings with a row id greater than ``row_id``, in arrival order."""
 
     @abstractmethod
+    def count_after(self, row_id: int, limit: int) -> int:
+        """How many readings have a row id greater than ``row_id``, counting up to ``limit``
+        (``len(readings_after(row_id, limit))`` without reading them)."""
+
+    @abstractmethod
     def window(self, start_row_id: int, size: int) -> Window:
         """Up to ``size`` readings from row id ``start_row_id`` on (inclusive), in arrival order.
 

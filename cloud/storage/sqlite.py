@@ -251,6 +251,13 @@ class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
         return [(rid, Reading(device_id, boot_id, seq, token, config_id, unpack_values(vals), topic, received_at))
                 for rid, device_id, boot_id, seq, token, config_id, vals, topic, received_at in rows]
 
+    def count_after(self, row_id: int, limit: int) -> int:
+        with self._translate("count readings"):
+            value: int = self._conn.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM readings WHERE row_id > ? ORDER BY row_id LIMIT ?)",
+                (row_id, check_limit("limit", limit))).fetchone()[0]
+        return value
+
     def window(self, start_row_id: int, size: int) -> Window:
         with self._translate("read a window"):
             rows = self._conn.execute(

@@ -167,6 +167,9 @@ def test_windows_follow_arrival_order(analyst: AnalystStore) -> None:
     assert ids == sorted(ids)
     assert [r for _, r in analyst.readings_after(ids[1], 1)] == arrivals[2:3]
     assert analyst.readings_after(ids[-1], 100) == []
+    # count_after counts what readings_after would return, without reading it
+    assert [analyst.count_after(ids[0] - 1, k) for k in (0, 1, 3, 100)] == [0, 1, 3, 4]
+    assert (analyst.count_after(ids[1], 100), analyst.count_after(ids[-1], 100)) == (2, 0)
 
     first = analyst.window(ids[0], 3)
     assert first.row_ids == ids[:3]
@@ -182,6 +185,8 @@ def test_windows_follow_arrival_order(analyst: AnalystStore) -> None:
         analyst.window(0, -1)
     with pytest.raises(ValueError):
         analyst.readings_after(0, -1)
+    with pytest.raises(ValueError):
+        analyst.count_after(0, -1)
 
 
 def test_window_refuses_mixed_column_counts(analyst: AnalystStore) -> None:
