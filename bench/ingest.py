@@ -28,7 +28,8 @@ from dpsense.cloud.broker import Broker, free_port  # noqa: E402
 from dpsense.cloud.config import Settings  # noqa: E402
 from dpsense.cloud.datasets import paper1_synthetic  # noqa: E402
 from dpsense.cloud.ingest.service import Connection, IngestService  # noqa: E402
-from dpsense.cloud.simulate import FleetPublisher, calibrate, encode_fleet  # noqa: E402
+from dpsense.cloud.profile import calibrate  # noqa: E402
+from dpsense.cloud.simulate import FleetPublisher, encode_fleet  # noqa: E402
 from dpsense.cloud.storage import open_analyst_store  # noqa: E402
 
 

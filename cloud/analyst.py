@@ -166,7 +166,7 @@ class Analyst:
             while not stop.is_set():
                 window_id = int(store.get_meta("next_window") or 0)
                 start = int(store.get_meta("next_row") or 1)
-                avail = len(store.readings_after(start - 1, self.params.window))
+                avail = store.count_after(start - 1, self.params.window)
                 count = store.count()
                 if count != last_count:
                     last_count, last_change = count, time.monotonic()

@@ -27,7 +27,8 @@ from dpsense.cloud.config import Settings
 from dpsense.cloud.datasets import paper1_synthetic
 from dpsense.cloud.errors import DpsenseError
 from dpsense.cloud.report import evaluate, scatter_png, sweep_png, write_html
-from dpsense.cloud.simulate import FleetPublisher, calibrate, encode_fleet, save_ground_truth
+from dpsense.cloud.profile import calibrate, save_profile
+from dpsense.cloud.simulate import FleetPublisher, encode_fleet, save_ground_truth
 from dpsense.cloud.storage import open_analyst_store, open_correction_store
 from dpsense.protocol.fixedpoint import parse_decimal
 
@@ -106,8 +107,7 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
     data = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=opts.seed)
     ref = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=opts.seed + 1000)
     profile = calibrate(ref.x, opts.epsilon, opts.quantum)
-    (data_dir).mkdir(parents=True, exist_ok=True)
-    (data_dir / "profile.json").write_text(profile.to_json())
+    save_profile(data_dir, profile)
 
     broker = Broker(data_dir, port=settings.broker_port)
     broker.add_account("analyst")

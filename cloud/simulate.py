@@ -5,10 +5,13 @@ exactly as a board does it (``dpsense.protocol.mechanism.RecordMechanism`` and
 ``firmware/node.py``'s order of messages), then published with QoS 1 under the device's
 own account. The ground truth (raw values and outlier labels) is written next to the
 broker data for evaluation only; no service reads it.
+
+The device profile the fleet is provisioned with is cloud/profile.py's; the ``dpsense
+simulate`` command (cloud/commands/simulate.py) and the demo (cloud/pipeline.py) are the
+only users of this module.
 """
 from __future__ import annotations
 
-import json
 import secrets
 import sys
 import threading
@@ -24,36 +27,10 @@ from paho.mqtt.enums import CallbackAPIVersion
 from dpsense.cloud import topics
 from dpsense.cloud.broker import Broker
 from dpsense.cloud.config import Settings
-from dpsense.cloud.errors import DpsenseError
+from dpsense.cloud.profile import DeviceProfile
 from dpsense.protocol import wire
-from dpsense.protocol.fixedpoint import Affine, parse_decimal
-from dpsense.protocol.mechanism import Column, RecordMechanism
 from dpsense.protocol.rng import XorShift32
 from dpsense.protocol.tokens import new_token
-
-
-@dataclass(frozen=True)
-class DeviceProfile:
-    """What provisioning gives a device: scaling, relaxed sensitivity, epsilon, centre."""
-
-    quantum: float
-    domain: float
-    delta_q: tuple[int, ...]
-    epsilon: str
-    centre_q: tuple[int, ...]
-    config_id: int = 1
-    w_o_q: float = 0.0
-    dbscan_eps: float = 12.0
-    dbscan_min_samples: int = 60
-
-    def mechanism(self, rng: object) -> RecordMechanism:
-        span = int(round(self.domain / self.quantum))
-        eps = parse_decimal(self.epsilon)
-        cols = [Column(Affine(1, 1, 0, -span, span), d, eps) for d in self.delta_q]
-        return RecordMechanism(cols, list(self.centre_q), rng)
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__)
 
 
 @dataclass
@@ -176,101 +153,3 @@ def stderr_progress(label: str) -> Callable[[int, int], None]:
     def report(i: int, n: int) -> None:
         print("  %s %d / %d" % (label, i, n), file=sys.stderr, flush=True)
     return report
-
-
-class FleetError(DpsenseError):
-    """The simulation cannot run; the text says why."""
-
-
-def load_data(args: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(x, outlier, reference)`` from ``--csv`` or the paper-1 generator."""
-    from dpsense.cloud.datasets import paper1_synthetic
-    csv = getattr(args, "csv", None)
-    if csv:
-        import csv as csvmod
-        with open(csv, newline="") as f:
-            rows = list(csvmod.reader(f))
-        if len(rows) < 2:
-            raise FleetError("%s: need a header row and at least one data row" % csv)
-        header = [h.strip() for h in rows[0]]
-        label = header.index("outlier") if "outlier" in header else None
-        cols = [i for i in range(len(header)) if i != label]
-        try:
-            data = np.array([[float(r[i]) for i in cols] for r in rows[1:]])
-            outlier = (np.array([float(r[label]) for r in rows[1:]]) > 0 if label is not None
-                       else np.zeros(len(data), dtype=bool))
-        except (ValueError, IndexError) as e:
-            raise FleetError("%s: not a numeric CSV (%s)" % (csv, e)) from None
-        return data, outlier, data
-    n = int(getattr(args, "n"))
-    seed = int(getattr(args, "seed")) or 1
-    d = paper1_synthetic(n, float(getattr(args, "separation")), str(getattr(args, "shape")), seed=seed)
-    ref = paper1_synthetic(n, float(getattr(args, "separation")), str(getattr(args, "shape")),
-                           seed=seed + 1000)
-    return d.x, d.outlier, ref.x
-
-
-def calibrate(reference: np.ndarray, epsilon: str, quantum: float, dbscan_eps: float = 12.0,
-              dbscan_min_samples: int = 60) -> DeviceProfile:
-    """Deployment parameters from reference (historical) data, never from the data released:
-    relaxed sensitivity per column (SPEC 1.3), centre, domain, and the outlier-layer width
-    w_O for the correction server (SPEC 1.6.2: spread of the detected outliers' radii)."""
-    from dpsense.cloud.datasets import relaxed_sensitivity
-    from dpsense.cloud.outliers.dbscan import DBSCANOutliers
-    rs = relaxed_sensitivity(reference)
-    domain = float(np.max(np.abs(reference))) * 1.5 + 1.0
-    centre = reference.mean(axis=0)
-    out = DBSCANOutliers(dbscan_eps, dbscan_min_samples).fit(reference).outlier_mask_
-    radii = np.linalg.norm(reference[out] - centre, axis=1)
-    w_o = float(radii.max() - radii.min()) if radii.size > 1 else 0.0
-    return DeviceProfile(quantum=quantum, domain=domain,
-                         delta_q=tuple(max(1, int(round(r / quantum))) for r in rs),
-                         epsilon=epsilon, centre_q=tuple(int(c) for c in np.rint(centre / quantum)),
-                         w_o_q=w_o / quantum, dbscan_eps=dbscan_eps, dbscan_min_samples=dbscan_min_samples)
-
-
-def load_profile(data_dir: Path | str) -> DeviceProfile | None:
-    p = Path(data_dir) / "profile.json"
-    if not p.exists():
-        return None
-    d = json.loads(p.read_text())
-    d["delta_q"] = tuple(d["delta_q"])
-    d["centre_q"] = tuple(d["centre_q"])
-    return DeviceProfile(**d)
-
-
-def run_simulation(settings: Settings, args: object) -> dict[str, float]:
-    devices = int(getattr(args, "devices"))
-    if devices < 1:
-        raise FleetError("--devices must be >= 1")
-    x, outlier, reference = load_data(args)
-    profile = calibrate(reference, str(getattr(args, "epsilon")), float(getattr(args, "quantum")))
-    broker = Broker(settings.data_dir, port=settings.broker_port, host=settings.broker_host)
-    existing = broker.accounts()
-    for d in range(1, devices + 1):
-        if topics.device_username(d) not in existing:
-            broker.add_device(d)
-    log = stderr_progress
-    print("simulate: %d readings x %d columns from %d devices, epsilon %s per column"
-          % (len(x), x.shape[1], devices, profile.epsilon), file=sys.stderr, flush=True)
-    seed = int(getattr(args, "seed"))
-    t0 = time.perf_counter()
-    enc = encode_fleet(x, profile, devices, seed, progress=log("perturbed"))
-    t_enc = time.perf_counter() - t0
-    save_ground_truth(Path(settings.data_dir) / "groundtruth.npz", enc, outlier, profile)
-    (Path(settings.data_dir) / "profile.json").write_text(profile.to_json())
-    pub = FleetPublisher(settings, broker, devices)
-    try:
-        pub.connect()
-        t_pub = pub.publish(enc, progress=log("published"))
-    except (OSError, ConnectionError) as e:
-        raise FleetError("cannot reach the broker at %s:%d (%s); start it with `dpsense broker run`"
-                         % (settings.broker_host, settings.broker_port, e)) from None
-    finally:
-        pub.close()
-    stats = {"readings": float(len(x)), "perturb_s": t_enc, "publish_s": t_pub,
-             "readings_per_s": len(x) / t_pub if t_pub else 0.0}
-    print("simulate: perturbed %d readings in %.1f s; published and acknowledged %d messages in %.1f s "
-          "(%.0f readings/s)" % (len(x), t_enc, 2 * len(x), t_pub, stats["readings_per_s"]),
-          file=sys.stderr, flush=True)
-    return stats

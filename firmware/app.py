@@ -28,13 +28,14 @@ try:
     from shared_protocol.fixedpoint import Affine
     from shared_protocol.mechanism import Column, RecordMechanism
     from shared_protocol.rng import UrandomRNG
-    from shared_protocol import wire
+    from shared_protocol import topics, wire
     from shared_protocol.config import ConfigError, board_name, validate
 except ImportError:
     __version__ = "unknown"       # flat modules carry no package __init__, nor its version
     from fixedpoint import Affine
     from mechanism import Column, RecordMechanism
     from rng import UrandomRNG
+    import topics  # type: ignore[no-redef]  # flat file system: the same module
     import wire  # type: ignore[no-redef]  # flat file system: the same module
     from config import ConfigError, board_name, validate
 
@@ -111,8 +112,8 @@ class App:
         ca = cfg["broker_ca"]
         user = cfg["broker_user"]
         self.uplink = Uplink(client, self.ring, lambda: open_socket(host, port, tls, ca),
-                             ("dpsense/readings/%s" % user).encode(),
-                             ("dpsense/status/%s" % user).encode(), self.clock, self.rng,
+                             (topics.READINGS % user).encode(),
+                             (topics.STATUS % user).encode(), self.clock, self.rng,
                              cfg["max_inflight"], cfg["ack_timeout_ms"], 250,
                              cfg["backoff_max_ms"], self.wifi, self.log)
         ring = self.ring

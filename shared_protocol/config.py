@@ -35,8 +35,14 @@ Keys, with defaults where a key is optional:
 
 try:
     from .fixedpoint import parse_decimal
+    from .layout import CONFIG_ID_MAX, DEVICE_ID_MAX, MAX_COLS, reading_size
+    from .ringlayout import slot_count, slot_size
+    from .topics import DEVICE_USER
 except ImportError:
     from fixedpoint import parse_decimal
+    from layout import CONFIG_ID_MAX, DEVICE_ID_MAX, MAX_COLS, reading_size
+    from ringlayout import slot_count, slot_size
+    from topics import DEVICE_USER
 
 _U32 = 0xFFFFFFFF
 _COLUMN_KEYS = ("num", "den", "offset", "raw_min", "raw_max", "delta_q")
@@ -87,8 +93,8 @@ def _columns(raw):
     cols = raw.get("columns")
     if cols is None:
         raise ConfigError("columns: required")
-    if not isinstance(cols, list) or not 1 <= len(cols) <= 16:
-        raise ConfigError("columns: must be a list of 1..16 column objects")
+    if not isinstance(cols, list) or not 1 <= len(cols) <= MAX_COLS:
+        raise ConfigError("columns: must be a list of 1..%d column objects" % MAX_COLS)
     out = []
     for j in range(len(cols)):
         c = cols[j]
@@ -134,8 +140,8 @@ def validate(raw, profile):
     if name is not None and name != profile["name"]:
         raise ConfigError("board: the config names %s, but is checked for %s" % (name, profile["name"]))
     c["board"] = profile["name"]
-    dev = c["device_id"] = _int(raw, "device_id", 1, _U32)
-    c["config_id"] = _int(raw, "config_id", 0, 0xFFFF, 0)
+    dev = c["device_id"] = _int(raw, "device_id", 1, DEVICE_ID_MAX)
+    c["config_id"] = _int(raw, "config_id", 0, CONFIG_ID_MAX, 0)
     cols = c["columns"] = _columns(raw)
     m = len(cols)
     if profile.get("adc_pins") is not None and m > len(profile["adc_pins"]):
@@ -162,10 +168,10 @@ def validate(raw, profile):
         if not isinstance(tls, bool):
             raise ConfigError("broker_tls: must be true or false")
         c["broker_port"] = _int(raw, "broker_port", 1, 0xFFFF, 8883 if tls else 1883)
-        c["broker_user"] = _str(raw, "broker_user", "d%d" % dev)
+        c["broker_user"] = _str(raw, "broker_user", DEVICE_USER % dev)
         c["broker_password"] = _str(raw, "broker_password")
         c["broker_ca"] = _str(raw, "broker_ca") if "broker_ca" in raw else None
-        c["client_id"] = _str(raw, "client_id", "dpsense-d%d" % dev)
+        c["client_id"] = _str(raw, "client_id", "dpsense-" + DEVICE_USER % dev)
         c["keepalive"] = _int(raw, "keepalive", 5, 3600, 60)
         c["max_inflight"] = _int(raw, "max_inflight", 1, 32, 8)
         c["ack_timeout_ms"] = _int(raw, "ack_timeout_ms", 200, 600000, 10000)
@@ -188,10 +194,10 @@ def validate(raw, profile):
         c["ring_path"] = _str(raw, "ring_path", profile.get("ring_path", "ring.bin"))
         c["ring_records"] = _int(raw, "ring_records", 2, 65535, 64)
         c["ring_bytes"] = _int(raw, "ring_bytes", 64, 1 << 30, 16384)
-        # A slot holds the 8-byte slot header, the reading (26 + 4m) and the correction (16).
-        slot = 8 + 26 + 4 * m + 16
-        if (c["ring_bytes"] - 16) // slot < 2:
-            raise ConfigError("ring_bytes: too small for 2 records of %d bytes" % slot)
+        # firmware/ring.py's own bound, checked before a board (or the host) builds the ring.
+        room = reading_size(m)
+        if slot_count(room, c["ring_records"], c["ring_bytes"]) < 2:
+            raise ConfigError("ring_bytes: too small for 2 records of %d bytes" % slot_size(room))
     if profile.get("wifi"):
         c["wifi_ssid"] = _str(raw, "wifi_ssid")
         c["wifi_password"] = _str(raw, "wifi_password", None, True)

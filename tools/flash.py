@@ -445,6 +445,7 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
                log: Log = print) -> tuple[str, bytes, dict]:
     """Config built and checked, account (re)made, config file written (and checked by a
     micro:bit itself); its name, bytes and keys."""
+    from dpsense.protocol.topics import DEVICE_USER
     from dpsense.tools import provision as pv
     base = pv.load_base(args.config_json, args.from_profile)
     # Check the keys before touching the broker or the board.
@@ -453,9 +454,9 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
     password = pv.add_device_account(args.data_dir, args.device_id, args.broker_port)
     cfg = pv.build_config(args.board, base, args.device_id, password, args.broker_host,
                           args.broker_port)
-    log("broker account d%d created/reset in %s (password in %s)"
-        % (args.device_id, Path(args.data_dir) / "broker",
-           Path(args.data_dir) / "broker" / "credentials" / ("d%d" % args.device_id)))
+    user = DEVICE_USER % args.device_id
+    log("broker account %s created/reset in %s (password in %s)"
+        % (user, Path(args.data_dir) / "broker", Path(args.data_dir) / "broker" / "credentials" / user))
     folder = Path(args.port) if args.board == "unix" else None
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)

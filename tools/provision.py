@@ -97,6 +97,7 @@ def build_config(board: str, base: dict[str, Any], device_id: int, password: str
     """The config.json for ``board``: ``base`` plus the device's identity and account,
     checked with shared_protocol/config.py's ``validate`` (ProvisionError names the key)."""
     from dpsense.protocol.config import ConfigError, validate
+    from dpsense.protocol.topics import DEVICE_USER
     profile = board_profile(board)
     raw = dict(base)
     raw["device_id"] = device_id
@@ -107,7 +108,7 @@ def build_config(board: str, base: dict[str, Any], device_id: int, password: str
                                  "an address it can reach (give --broker-host, e.g. this "
                                  "machine's LAN address)" % (broker_host, profile["name"]))
         raw.update(broker_host=broker_host, broker_port=broker_port,
-                   broker_user="d%d" % device_id, broker_password=password)
+                   broker_user=DEVICE_USER % device_id, broker_password=password)
     else:
         for k in BROKER_KEYS:
             raw.pop(k, None)

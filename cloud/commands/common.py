@@ -114,7 +114,7 @@ def parse_ints(name: str, values: tuple[float, ...]) -> tuple[int, ...]:
 
 
 def profile_default(args: argparse.Namespace, st: "Settings", name: str, fallback: float) -> float:
-    from dpsense.cloud.simulate import load_profile
+    from dpsense.cloud.profile import load_profile
     v = getattr(args, name)
     if v is not None:
         return float(v)

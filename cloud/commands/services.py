@@ -189,7 +189,7 @@ def do_correction(args: argparse.Namespace) -> int:
     from dpsense.cloud.correction.rules import CorrectionParams
     from dpsense.cloud.correction.server import CorrectionServer
     from dpsense.cloud.errors import UsageError
-    from dpsense.cloud.simulate import load_profile
+    from dpsense.cloud.profile import load_profile
     from dpsense.cloud.storage import open_correction_store
     st = settings_from(args)
     stop = stop_on_sigterm()
@@ -237,10 +237,11 @@ def parser_gateway(p: argparse.ArgumentParser) -> None:
 
 
 def do_gateway(args: argparse.Namespace) -> int:
-    from dpsense.cloud.gateway import run
+    from dpsense.cloud.gateway.service import run
+    from dpsense.protocol.topics import DEVICE_USER
     st = settings_from(args)
     stop = stop_on_sigterm()
-    conn = connection_for(st, "d%d" % args.device_id, "unused")
+    conn = connection_for(st, DEVICE_USER % args.device_id, "unused")
     try:
         run(args.port, args.device_id, st.broker_host, st.broker_port, conn.password, baud=args.baud,
             stop=stop, idle_exit=args.idle_exit, keepalive=args.keepalive)
@@ -265,6 +266,6 @@ def parser_simulate(p: argparse.ArgumentParser) -> None:
 
 
 def do_simulate(args: argparse.Namespace) -> int:
-    from dpsense.cloud.simulate import run_simulation
+    from dpsense.cloud.commands.simulate import run_simulation
     run_simulation(settings_from(args), args)
     return 0

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from dpsense.cloud.errors import RoundError
+from dpsense.protocol.layout import TOKEN_SIZE
 
-TOKEN_SIZE = 8
 STEPS = ("presumed", "split", "rows", "result", "error")
 
 

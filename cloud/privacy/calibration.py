@@ -5,8 +5,8 @@
                            quantum=0.01, accountant=acct, dataset="calibration")
     Path("dpsense-data/profile.json").write_text(profile.to_json())
 
-:func:`dpsense.cloud.simulate.calibrate` computes the provisioning input of the firmware
-(:class:`dpsense.cloud.simulate.DeviceProfile`) in the clear: the relaxed sensitivity of every
+:func:`dpsense.cloud.profile.calibrate` computes the provisioning input of the firmware
+(:class:`dpsense.cloud.profile.DeviceProfile`) in the clear: the relaxed sensitivity of every
 column from the 5th and 95th percentiles (SPEC 1.3), the centre (the mean) and the
 outlier-layer width w_O (SPEC 1.6.2). When the calibration data are themselves
 personal data, those parameters leak them. :func:`dp_calibrate` releases the same
@@ -35,7 +35,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from dpsense.cloud.simulate import DeviceProfile
+from dpsense.cloud.profile import DeviceProfile
 
 from .accountant import BudgetAccountant
 from .mechanisms import Exponential, Laplace
@@ -216,7 +216,7 @@ def dp_calibrate(data: Data, *, bounds: tuple[float, float], epsilon: object, de
                  dbscan_eps: float = 12.0, dbscan_min_samples: int = 60, config_id: int = 1,
                  rng: Rng | None = None, accountant: BudgetAccountant | None = None,
                  dataset: str | None = None) -> DeviceProfile:
-    """A :class:`~dpsense.cloud.simulate.DeviceProfile` computed with ``epsilon``-DP from raw calibration data.
+    """A :class:`~dpsense.cloud.profile.DeviceProfile` computed with ``epsilon``-DP from raw calibration data.
 
     Parameters
     ----------

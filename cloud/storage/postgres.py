@@ -37,8 +37,8 @@ from .repository import (
     check_limit,
     correction_conflict,
     dead_letter_digest,
-    pack_values,
     reading_conflict,
+    stored_values,
     unpack_values,
     values_matrix,
 )
@@ -222,7 +222,7 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
     _staging = _READING_STAGING
 
     def add_batch(self, readings: list[Reading], dead: list[DeadLetter]) -> int:
-        rows = [(i, r.device_id, r.boot_id, r.seq, bytes(r.token), r.config_id, pack_values(r.values), r.topic,
+        rows = [(i, r.device_id, r.boot_id, r.seq, bytes(r.token), r.config_id, stored_values(r), r.topic,
                  r.received_at) for i, r in enumerate(readings)]
         with self._write("store a batch of readings") as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
@@ -255,6 +255,12 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
                           % _READING_COLUMNS, (row_id, check_limit("limit", limit)))
         return [(rid, Reading(device_id, boot_id, seq, token, config_id, unpack_values(vals), topic, received_at))
                 for rid, device_id, boot_id, seq, token, config_id, vals, topic, received_at in rows]
+
+    def count_after(self, row_id: int, limit: int) -> int:
+        value: int = self._rows("count readings",
+                                "SELECT count(*) FROM (SELECT 1 FROM readings WHERE row_id > %s"
+                                " ORDER BY row_id LIMIT %s) AS r", (row_id, check_limit("limit", limit)))[0][0]
+        return value
 
     def window(self, start_row_id: int, size: int) -> Window:
         rows = self._rows("read a window",

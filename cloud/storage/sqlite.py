@@ -35,8 +35,8 @@ from .repository import (
     check_limit,
     correction_conflict,
     dead_letter_digest,
-    pack_values,
     reading_conflict,
+    stored_values,
     unpack_values,
     values_matrix,
 )
@@ -223,7 +223,7 @@ class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
     _schema = _ANALYST_SQL
 
     def add_batch(self, readings: list[Reading], dead: list[DeadLetter]) -> int:
-        rows = [(r.device_id, r.boot_id, r.seq, r.token, r.config_id, pack_values(r.values), r.topic,
+        rows = [(r.device_id, r.boot_id, r.seq, r.token, r.config_id, stored_values(r), r.topic,
                  r.received_at) for r in readings]
         with self._write("store a batch of readings") as cur:
             added = 0
@@ -259,6 +259,13 @@ class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
                 (row_id, check_limit("limit", limit))).fetchall()
         return [(rid, Reading(device_id, boot_id, seq, token, config_id, unpack_values(vals), topic, received_at))
                 for rid, device_id, boot_id, seq, token, config_id, vals, topic, received_at in rows]
+
+    def count_after(self, row_id: int, limit: int) -> int:
+        with self._translate("count readings"):
+            value: int = self._conn.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM readings WHERE row_id > ? ORDER BY row_id LIMIT ?)",
+                (row_id, check_limit("limit", limit))).fetchone()[0]
+        return value
 
     def window(self, start_row_id: int, size: int) -> Window:
         with self._translate("read a window"):

@@ -1,9 +1,10 @@
-"""cloud/gateway.py: framed lines -> publishes, console lines logged, malformed lines counted."""
+"""cloud/gateway/: framed lines -> publishes, console lines logged, malformed lines counted,
+polls answered with what the broker has, event lines expanded."""
 from __future__ import annotations
 
 import json
 
-from dpsense.cloud.gateway import Gateway
+from dpsense.cloud.gateway.relay import Gateway
 from dpsense.protocol import wire
 from dpsense.protocol.framing import frame
 

@@ -40,7 +40,7 @@ def new_url(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], str]
     if request.param == "sqlite":
         files = itertools.count()
         return lambda: "sqlite:///%s/store%d.db" % (tmp_path, next(files))
-    from dpsense.cloud.storage.pgserver import create_database
+    from tests.pgserver import create_database
     server = request.getfixturevalue("postgres_url")
     return lambda: create_database(server, "test%d" % next(_DATABASE_NUMBERS))
 
@@ -168,6 +168,9 @@ def test_windows_follow_arrival_order(analyst: AnalystStore) -> None:
     assert ids == sorted(ids)
     assert [r for _, r in analyst.readings_after(ids[1], 1)] == arrivals[2:3]
     assert analyst.readings_after(ids[-1], 100) == []
+    # count_after counts what readings_after would return, without reading it
+    assert [analyst.count_after(ids[0] - 1, k) for k in (0, 1, 3, 100)] == [0, 1, 3, 4]
+    assert (analyst.count_after(ids[1], 100), analyst.count_after(ids[-1], 100)) == (2, 0)
 
     first = analyst.window(ids[0], 3)
     assert first.row_ids == ids[:3]
@@ -183,6 +186,8 @@ def test_windows_follow_arrival_order(analyst: AnalystStore) -> None:
         analyst.window(0, -1)
     with pytest.raises(ValueError):
         analyst.readings_after(0, -1)
+    with pytest.raises(ValueError):
+        analyst.count_after(0, -1)
 
 
 def test_window_refuses_mixed_column_counts(analyst: AnalystStore) -> None:
@@ -309,7 +314,7 @@ def test_correction_store_has_no_device_column(new_url: Callable[[], str]) -> No
 def test_postgres_store_reconnects_after_losing_its_connection(postgres_url: str) -> None:
     import psycopg
 
-    from dpsense.cloud.storage.pgserver import create_database
+    from tests.pgserver import create_database
     url = create_database(postgres_url, "reconnect%d" % next(_DATABASE_NUMBERS))
     with open_analyst_store(url) as store:
         store.add_batch([reading(7, 1, 0)], [])
@@ -323,7 +328,7 @@ def test_postgres_store_reconnects_after_losing_its_connection(postgres_url: str
 
 
 def test_missing_postgres_names_the_debian_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dpsense.cloud.storage import pgserver
+    from tests import pgserver
     monkeypatch.setattr(pgserver, "SEARCH_GLOB", "/nonexistent/*/bin")
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(pgserver.PostgresNotFound, match="Debian package `postgresql`"):

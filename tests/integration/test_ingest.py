@@ -76,7 +76,7 @@ def _count(url: str) -> int:
 def store_url(request, tmp_path):
     if request.param == "sqlite":
         return "sqlite:///%s" % (tmp_path / "analyst.db")
-    from dpsense.cloud.storage.pgserver import create_database
+    from tests.pgserver import create_database
     return create_database(request.getfixturevalue("postgres_url"), "ingest_%s" % tmp_path.name.lower()[-20:])
 
 

@@ -19,7 +19,8 @@ from dpsense.protocol.noise import DiscreteLaplace
 from dpsense.protocol.rng import XorShift32
 from dpsense.tools.deploy import BOARDS, check_imports, deploy, plan, resolve_sources
 from dpsense.tools.qemu import QemuMicrobit, missing_reason
-from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplTimeout, Transport
+from dpsense.cloud.serialport import Transport
+from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplTimeout
 
 _MISSING = missing_reason()
 pytestmark = [pytest.mark.qemu,
@@ -271,7 +272,7 @@ def test_microbit_node_runs_three_columns_from_a_checked_config() -> None:
 
 def _expanded(text: bytes) -> str:
     """The node's event lines in the words the gateway logs them with."""
-    from dpsense.cloud.gateway import expand_event, parse_event
+    from dpsense.cloud.gateway.events import expand_event, parse_event
     out, boot = [], None
     for ln in text.replace(b"\r\n", b"\n").split(b"\n"):
         if ln.startswith(b"#"):

@@ -13,6 +13,7 @@ MODULES = (
     "tests.portable.test_fixedpoint",
     "tests.portable.test_distance",
     "tests.portable.test_tokens",
+    "tests.portable.test_layout",
     "tests.portable.test_wire",
     "tests.portable.test_framing",
     "tests.portable.test_mechanism",

@@ -10,7 +10,7 @@ from dpsense.cloud import cli
 from dpsense.cloud.datasets import paper1_synthetic
 from dpsense.cloud.privacy.accountant import BudgetAccountant, BudgetError
 from dpsense.cloud.privacy.calibration import CalibrationShares, dp_calibrate, dp_mean, dp_quantile
-from dpsense.cloud.simulate import DeviceProfile, calibrate, load_profile
+from dpsense.cloud.profile import DeviceProfile, calibrate, load_profile
 
 
 def _untouchable():

@@ -1,0 +1,86 @@
+"""The device profile: what provisioning gives every device, and where the services find it.
+
+    profile = calibrate(reference, epsilon="0.5", quantum=0.01)    # from historical data
+    save_profile("dpsense-data", profile)                          # <data dir>/profile.json
+    load_profile("dpsense-data")                                   # the same profile, or None
+
+``calibrate`` computes the profile in the clear from reference (historical) data;
+``dpsense.cloud.privacy.calibration.dp_calibrate`` computes the same fields with
+epsilon-DP. The analyst and the correction server take their defaults (DBSCAN
+parameters, quantum, w_O) from the profile in the data directory.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dpsense.protocol.fixedpoint import Affine, parse_decimal
+from dpsense.protocol.mechanism import Column, RecordMechanism
+
+PROFILE_FILE = "profile.json"
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """What provisioning gives a device: scaling, relaxed sensitivity, epsilon, centre."""
+
+    quantum: float
+    domain: float
+    delta_q: tuple[int, ...]
+    epsilon: str
+    centre_q: tuple[int, ...]
+    config_id: int = 1
+    w_o_q: float = 0.0
+    dbscan_eps: float = 12.0
+    dbscan_min_samples: int = 60
+
+    def mechanism(self, rng: object) -> RecordMechanism:
+        """The board's per-record mechanism for this profile (identity scaling over the domain)."""
+        span = int(round(self.domain / self.quantum))
+        eps = parse_decimal(self.epsilon)
+        cols = [Column(Affine(1, 1, 0, -span, span), d, eps) for d in self.delta_q]
+        return RecordMechanism(cols, list(self.centre_q), rng)
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__)
+
+
+def calibrate(reference: np.ndarray, epsilon: str, quantum: float, dbscan_eps: float = 12.0,
+              dbscan_min_samples: int = 60) -> DeviceProfile:
+    """Deployment parameters from reference (historical) data, never from the data released:
+    relaxed sensitivity per column (SPEC 1.3), centre, domain, and the outlier-layer width
+    w_O for the correction server (SPEC 1.6.2: spread of the detected outliers' radii)."""
+    from dpsense.cloud.datasets import relaxed_sensitivity
+    from dpsense.cloud.outliers.dbscan import DBSCANOutliers
+    rs = relaxed_sensitivity(reference)
+    domain = float(np.max(np.abs(reference))) * 1.5 + 1.0
+    centre = reference.mean(axis=0)
+    out = DBSCANOutliers(dbscan_eps, dbscan_min_samples).fit(reference).outlier_mask_
+    radii = np.linalg.norm(reference[out] - centre, axis=1)
+    w_o = float(radii.max() - radii.min()) if radii.size > 1 else 0.0
+    return DeviceProfile(quantum=quantum, domain=domain,
+                         delta_q=tuple(max(1, int(round(r / quantum))) for r in rs),
+                         epsilon=epsilon, centre_q=tuple(int(c) for c in np.rint(centre / quantum)),
+                         w_o_q=w_o / quantum, dbscan_eps=dbscan_eps, dbscan_min_samples=dbscan_min_samples)
+
+
+def save_profile(data_dir: Path | str, profile: DeviceProfile) -> Path:
+    """Write ``profile`` to ``<data_dir>/profile.json`` (the folder is created); return the path."""
+    p = Path(data_dir) / PROFILE_FILE
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(profile.to_json())
+    return p
+
+
+def load_profile(data_dir: Path | str) -> DeviceProfile | None:
+    """The profile in ``<data_dir>/profile.json``, or None when there is none."""
+    p = Path(data_dir) / PROFILE_FILE
+    if not p.exists():
+        return None
+    d = json.loads(p.read_text())
+    d["delta_q"] = tuple(d["delta_q"])
+    d["centre_q"] = tuple(d["centre_q"])
+    return DeviceProfile(**d)
