@@ -176,6 +176,36 @@ def test_event_lines_become_the_full_firmware_console_text_and_status_messages()
     assert gw.stats.events == 5 and gw.stats.malformed == 0
 
 
+def test_every_event_the_micro_bit_node_writes_is_one_the_gateway_reads():
+    """firmware/mbio.py and mbnode.py write their event lines with their own format strings;
+    each kind, with records kept and not and a window cap reached, parses by EVENTS, and
+    names the board and entropy source as firmware/boards/microbit.py does."""
+    from dpsense.cloud.gateway import EVENTS, parse_event
+    from dpsense.protocol.rng import XorShift32
+    from tests.portable import test_mbnode as node
+    from firmware.boards import microbit
+
+    texts = [node._check(3, [(1, 1, 0, -100, 100, 20)], (1, 4), [0], [[i] for i in range(30)],
+                         win=10, cap=(1, 1))]
+    d = node._folder("gw-events")
+    first = node.FakeUart([[1, 2], [3, 4]], ack=False)      # nothing acknowledged: 2 kept
+    node._run(d, XorShift32(4), first, node.COLS, (1, 2), 600, (600, 1))
+    second = node.FakeUart([])                               # the next boot resends them
+    node._run(d, XorShift32(5), second, node.COLS, (1, 2), 600, (600, 1))
+    seen: dict[str, list] = {}
+    for text in texts + [bytes(first.out), bytes(second.out)]:
+        for ln in text.split(b"\n"):
+            if ln.startswith(b"#"):
+                ev = parse_event(ln)
+                seen.setdefault(ev["event"], []).append(ev)
+    assert sorted(seen) == sorted(EVENTS)
+    profile = microbit.PROFILE
+    assert {(b["board"], b["entropy"]) for b in seen["boot"]} == {(profile["name"], profile["entropy"])}
+    assert [b["pending"] for b in seen["boot"]] == [0, 0, 2]
+    assert [e["pending"] for e in seen["idle"]] == [0, 2, 0]
+    assert [(e["window"], e["released"]) for e in seen["cap"]] == [(0, 4), (1, 8), (2, 12)]
+
+
 def test_malformed_event_lines_are_counted():
     gw, pubs, logs = _tracking()
     # the last: a #boot without its version (a node older than the gateway)
