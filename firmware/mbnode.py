@@ -29,13 +29,13 @@ received is echoed.
 
 Acknowledgements (docs/protocol.md 2.1): before its lines are written, each record is
 kept in a file named by its token (``mbutil.NAME`` hex digits). While records are kept,
-the node polls the gateway (line ``!``) before each reading; the gateway answers with up to two lines
-``!<token hex>`` of records the broker has acknowledged (both messages), then ``!``, and
-the node deletes those files. At boot, and after ``QUIET`` polls that acknowledged nothing,
-every kept record is written again, byte for byte. At most ``KEEP`` records wait: a full
-store stops the node asking for readings until acknowledgements arrive (nothing is
-dropped). When the host sends ``.`` the node waits through up to ``DRAIN`` resends for
-the last acknowledgements; what is left stays kept for the next boot.
+the node polls the gateway (line ``!``) before each reading; the gateway answers with up
+to two lines ``!<token hex>`` of records the broker has acknowledged (both messages),
+then ``!``, and the node deletes those files. At boot, and after ``QUIET`` polls that
+acknowledged nothing, every kept record is written again, byte for byte. At most ``KEEP``
+records wait: a full store stops the node asking for readings until acknowledgements
+arrive (nothing is dropped). When the host sends ``.`` the node waits through up to
+``DRAIN`` resends for the last acknowledgements; what is left stays kept for the next boot.
 
 The privacy ledger follows ledger.py's rule for windows of ``window_records`` readings
 and is written to flash before each record exists (``mbio.ledger``); a boot of its own

@@ -15,7 +15,7 @@ top-level import, which runs as it is on the host (its tests) and on boards with
 and ``generate`` replaces each such import, for the micro:bit, with what it names:
 
 * a constant (a module-level name bound to an int, str, bytes or a tuple of them, computed
-  from literals and earlier constants): an int the board holds as a small int
+  from literals, earlier constants and ``struct``): an int the board holds as a small int
   (``|v| < 2**30``) is written into every use, where the board's compiler folds it and no
   global costs heap; any other value is bound once, under the imported name;
 * a function: its source, as written, with the constants and functions it reads from its
@@ -35,11 +35,15 @@ import ast
 import builtins
 import copy
 import io
+import struct
 import tokenize
 from pathlib import Path
 from typing import Any, Iterable
 
 PACKAGE = "shared_protocol"
+# what a constant may be computed with besides literals and earlier constants
+# (``CORRECTION_SIZE = struct.calcsize(_CORRECTION)``)
+_CONSTANT_MODULES = {"struct": struct}
 SMALL_INT = 1 << 30          # the micro:bit's small ints; larger ones are objects on its heap
 
 
@@ -68,7 +72,12 @@ class _Module:
         self.consts: dict[str, tuple[Any, ast.expr]] = {}
         self.funcs: dict[str, ast.FunctionDef] = {}
         self.imports: dict[str, tuple[str, int, str]] = {}    # name -> (module, level, name)
+        self.stdlib: dict[str, Any] = {}      # modules a constant may be computed with
         for node in self.tree.body:
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in _CONSTANT_MODULES and a.asname is None:
+                        self.stdlib[a.name] = _CONSTANT_MODULES[a.name]
             if isinstance(node, ast.FunctionDef):
                 self.funcs[node.name] = node
             elif isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -92,9 +101,9 @@ class _Module:
             value = value.args[0]
         self.consts.pop(name, None)
         used = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
-        if not used <= set(self.consts):
+        if not used <= set(self.consts) | set(self.stdlib):
             return
-        env = {k: self.consts[k][0] for k in used}
+        env = {k: self.consts[k][0] if k in self.consts else self.stdlib[k] for k in used}
         try:
             v = eval(compile(ast.fix_missing_locations(ast.Expression(body=copy.deepcopy(value))),
                              str(self.path), "eval"), {"__builtins__": {}}, env)
@@ -123,7 +132,8 @@ class _Generation:
         """The module ``from <name> import`` means in ``importer`` ("shared" or "firmware"),
         or None when it is not one of ours, or a micro:bit module (a file on the board)."""
         if level > 1 or (level == 1 and importer != "shared"):
-            raise GenerateError("relative import '%s%s' outside shared_protocol" % ("." * level, name))
+            raise GenerateError("relative import '%s%s' outside shared_protocol"
+                                % ("." * level, name))
         if level == 1:
             sub = name
         elif name == PACKAGE or name.startswith(PACKAGE + "."):
@@ -135,10 +145,11 @@ class _Generation:
         else:
             return None
         if importer == "firmware" and sub in self.on_board:
-            raise GenerateError("%s is a file on the micro:bit: import it with the flat fallback "
-                                "(try: from %s.%s import ... except ImportError: from %s import ...)"
-                                % (sub, PACKAGE, sub, sub))
-        return self._load(self.shared_dir / (sub + ".py" if sub else "__init__.py"), "shared:" + sub)
+            raise GenerateError("%s is a file on the micro:bit: import it with the flat "
+                                "fallback (try: from %s.%s import ... except ImportError: "
+                                "from %s import ...)" % (sub, PACKAGE, sub, sub))
+        path = self.shared_dir / (sub + ".py" if sub else "__init__.py")
+        return self._load(path, "shared:" + sub)
 
     def _load(self, path: Path, key: str) -> _Module:
         if not path.is_file():

@@ -200,7 +200,8 @@ def test_every_event_the_micro_bit_node_writes_is_one_the_gateway_reads():
                 seen.setdefault(ev["event"], []).append(ev)
     assert sorted(seen) == sorted(EVENTS)
     profile = microbit.PROFILE
-    assert {(b["board"], b["entropy"]) for b in seen["boot"]} == {(profile["name"], profile["entropy"])}
+    assert {(b["board"], b["entropy"]) for b in seen["boot"]} == \
+        {(profile["name"], profile["entropy"])}
     assert [b["pending"] for b in seen["boot"]] == [0, 0, 2]
     assert [e["pending"] for e in seen["idle"]] == [0, 2, 0]
     assert [(e["window"], e["released"]) for e in seen["cap"]] == [(0, 4), (1, 8), (2, 12)]

@@ -232,8 +232,8 @@ def test_slim_int32_and_norm_match_the_shared_code_on_the_board(board: SimpleNam
         return [ast.literal_eval(ln) for ln in board.repl.exec(code, 60).splitlines() if ln.strip()]
 
     # the classes are built on the board from their roots: a literal of them does not compile there
-    assert slim.INT32_CLASSES == [x for b in slim.INT32_BITS for v in (2 ** b - 1, 2 ** b, 2 ** b + 1)
-                                  for x in (v, -v)]
+    assert slim.INT32_CLASSES == [x for b in slim.INT32_BITS
+                                  for v in (2 ** b - 1, 2 ** b, 2 ** b + 1) for x in (v, -v)]
     device = run("b=bytearray(4)\nfor e in %r:\n for v in (2**e-1,2**e,2**e+1):\n"
                  "  for x in (v,-v):\n   mbutil.put32(b,0,x)\n   print(bytes(b))"
                  % (slim.INT32_BITS,))

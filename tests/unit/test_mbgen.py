@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ON_BOARD = MICROBIT_FILES + MICROBIT_BOOT_FILES + (MICROBIT_CHECKER,)
 
 WIRE = '''"""A shared module."""
+import struct
+
 try:
     from .rng import bit_length
 except ImportError:
@@ -28,6 +30,7 @@ BIG = 1 << 40
 FMT = "<BBH"
 TWICE = b"0123456789abcdef"
 DERIVED = 2 + 2 * SMALL
+SIZE = struct.calcsize(FMT)
 NOT_CONST = [1, 2]
 
 
@@ -41,7 +44,7 @@ def helper(x):
 
 
 def _inner(x):
-    return x * DERIVED
+    return x * DERIVED + SIZE
 '''
 RNG = '''def bit_length(n):
     return len(bin(n)) - 2
@@ -98,7 +101,7 @@ def test_constants_and_functions_come_along_and_nothing_else_changes(dirs):
     assert {n.name for n in tree.body if isinstance(n, ast.FunctionDef)} == \
         {"f", "helper", "_inner", "bit_length"}
     assert "x.SMALL" in out and "dict(SMALL=1)" in out and "key=7" in out
-    assert "return x * 16" in out                      # DERIVED = 2 + 2 * SMALL, written in
+    assert "return x * 16 + 4" in out                  # DERIVED = 2 + 2 * SMALL, SIZE: written in
     assert "bit_length(1099511627776)" in out          # BIG, read once in helper
     g = {}
     sys.modules["mbother"] = types.SimpleNamespace(thing="T")
@@ -109,8 +112,8 @@ def test_constants_and_functions_come_along_and_nothing_else_changes(dirs):
         del sys.modules["mbother"], sys.modules["noise"]
     x = types.SimpleNamespace(SMALL="attr")
     assert g["f"](x) == ("attr", {"SMALL": 1}, 7, 307, 1 << 40, 1 << 40, "<BBH",
-                         b"0123456789abcdef", b"0123456789abcdef", "9.8.7", 2 * 16 + 7 + 41 + 16,
-                         "S", "T")
+                         b"0123456789abcdef", b"0123456789abcdef", "9.8.7",
+                         2 * 16 + 4 + 7 + 41 + 16, "S", "T")
 
 
 def test_a_module_that_takes_nothing_is_unchanged(dirs):
