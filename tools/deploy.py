@@ -8,7 +8,9 @@ Why files are shrunk for the micro:bit: its flat file system holds ~15 KB and it
 ~9 KB, while the shared_protocol sources are mostly docstrings and comments.
 ``shrink_source`` drops those and re-indents by one space, then proves on the host that
 the result parses to the same syntax tree (docstrings aside), so the code the board runs
-is the code that was reviewed and tested on CPython.
+is the code that was reviewed and tested on CPython. Before that, the micro:bit's own
+modules get what they import from shared_protocol as code (tools/mbgen.py): the board
+cannot import those modules next to its node.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import dpsense.protocol as _protocol
+from dpsense.tools.mbgen import generate
 from dpsense.tools.qemu import QemuMicrobit
 from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplError
 
@@ -218,6 +221,13 @@ def drop_functions(text: str, names: Sequence[str]) -> str:
     return result
 
 
+def microbit_source(text: str) -> str:
+    """The micro:bit copy of one of its modules: tools/mbgen.py's ``generate`` with this
+    checkout's shared_protocol/ and firmware/, and the micro:bit's own files left as imports."""
+    on_board = MICROBIT_FILES + MICROBIT_BOOT_FILES + (MICROBIT_CHECKER,)
+    return generate(text, SHARED_DIR, FIRMWARE_DIR, on_board)
+
+
 def default_sources() -> list[Path]:
     """Every shared_protocol module, then firmware/*.py when that folder has any."""
     found = sorted(SHARED_DIR.glob("*.py"))
@@ -249,7 +259,8 @@ def plan(board: Board, sources: Sequence[Path], shrink: bool | None = None) -> l
     """Target paths and contents for ``sources`` on ``board``.
 
     Flat boards get every module at the root (the package's ``__init__.py`` is left
-    out: the modules fall back to sibling imports). Other boards get the package
+    out: the modules fall back to sibling imports), and the micro:bit's own modules
+    (``MICROBIT_ONLY``) as ``microbit_source`` generates them. Other boards get the package
     folder ``shared_protocol/`` with its ``__init__.py``, and everything else at the root.
     """
     do_shrink = board.shrink if shrink is None else shrink
@@ -272,6 +283,9 @@ def plan(board: Board, sources: Sequence[Path], shrink: bool | None = None) -> l
                              % (seen[target], path, target))
         seen[target] = path
         raw = path.read_bytes()
+        if board.flat and path.parent == FIRMWARE_DIR.resolve() and path.stem in MICROBIT_ONLY:
+            # what the module imports from shared_protocol (or firmware/) comes along as code
+            raw = microbit_source(raw.decode("utf-8")).encode("utf-8")
         data = shrink_source(raw.decode("utf-8")).encode("utf-8") if do_shrink else raw
         if do_shrink and board.flat and path.name in MICROBIT_UNUSED:
             data = drop_functions(data.decode("utf-8"), MICROBIT_UNUSED[path.name]).encode("utf-8")

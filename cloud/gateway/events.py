@@ -13,15 +13,16 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-# name -> field names of an event line; every field but the first two of ``boot``
-# (board, entropy source) is an integer.
+# name -> field names of an event line (docs/protocol.md 2.2); every field is an integer
+# but ``boot``'s board, entropy source and version (TEXT_FIELDS).
 EVENTS = {
     "boot": ("board", "entropy", "device", "boot", "row", "unit", "cap", "worst_num", "worst_den",
-             "pending", "dropped", "mem_free"),
+             "pending", "dropped", "mem_free", "version"),
     "cap": ("window", "spent", "cap", "unit", "row", "released"),
     "done": ("readings", "released", "cost_us"),
     "idle": ("released", "resent", "pending"),
 }
+TEXT_FIELDS = ("board", "entropy", "version")
 
 
 def _frac(n: int, unit: int) -> str:
@@ -40,7 +41,7 @@ def parse_event(line: bytes) -> dict[str, Any]:
         raise ValueError("event %s has %d fields, not %d" % (parts[0], len(parts) - 1, len(names)))
     ev: dict[str, Any] = {"event": parts[0]}
     for k, v in zip(names, parts[1:]):
-        ev[k] = v if k in ("board", "entropy") else int(v)
+        ev[k] = v if k in TEXT_FIELDS else int(v)
     if "unit" in ev and ev["unit"] <= 0:
         raise ValueError("event %s: unit must be > 0" % parts[0])
     if ev.get("worst_den", 0) < 0 or (ev.get("worst_den") == 0 and ev["worst_num"]):
@@ -56,12 +57,12 @@ def expand_event(ev: dict[str, Any], boot: dict[str, Any] | None) -> tuple[list[
     if name == "boot":
         er = _frac(ev["row"], ev["unit"])
         text = ("boot ok: board=%s device=%d boot=%d entropy=%s eps_record=%s pending=%d mem_free=%d"
-                % (ev["board"], ev["device"], ev["boot"], ev["entropy"], er, ev["pending"],
-                   ev["mem_free"]))
+                " version=%s" % (ev["board"], ev["device"], ev["boot"], ev["entropy"], er,
+                                 ev["pending"], ev["mem_free"], ev["version"]))
         status = {"event": "boot", "device": ev["device"], "boot": ev["boot"], "board": ev["board"],
                   "entropy": ev["entropy"], "eps_record": er,
                   "cap": _frac(ev["cap"], ev["unit"]), "pending": ev["pending"],
-                  "dropped": ev["dropped"], "mem_free": ev["mem_free"]}
+                  "dropped": ev["dropped"], "mem_free": ev["mem_free"], "version": ev["version"]}
         if ev["worst_den"]:                       # 0/0: the board was not told
             status["eps_record_worst"] = _frac(ev["worst_num"], ev["worst_den"])
         return [text], status

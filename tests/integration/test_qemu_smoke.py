@@ -9,6 +9,7 @@ upload path people use. One emulator serves the whole module (~10 s in all).
 from __future__ import annotations
 
 import ast
+import struct
 from types import SimpleNamespace
 from typing import Iterator
 
@@ -31,6 +32,10 @@ SEED = 20240611
 N_SAMPLES = 40
 SCALES = ((73, 10), (1, 2), (1000, 1), (100000, 1))
 MIN_FREE_HEAP = 2000
+# The node's heap once running with three columns, as its #boot event reports it, with a
+# boot id past 2**30 (a long int; 32 bytes more free below): 1392 bytes before its modules
+# took the shared source as code, 1440 after.
+MIN_FREE_RUNNING = 1400
 
 # Raw values cover clamping at both ends, rounding ties, and products beyond the
 # board's 31-bit small ints (2**30 and up are long ints there).
@@ -212,6 +217,40 @@ def test_microbit_node_writes_what_node_py_writes(board: SimpleNamespace) -> Non
     assert "idle: all 6 records acknowledged (0 resent)" in console
 
 
+def test_slim_int32_and_norm_match_the_shared_code_on_the_board(board: SimpleNamespace) -> None:
+    """mbutil's put32 and norm on the micro:bit's own interpreter (31-bit small ints, long
+    ints above, its struct) for tests/portable/test_mbslim.py's classes: every int32 class
+    against node.py's clamp and wire's "<i", every rounding boundary and column count
+    against distance.distance_q."""
+    from tests.portable import test_mbslim as slim
+    profile = BOARDS["qemu-microbit"]
+    deploy(board.repl, profile, plan(profile, resolve_sources(["mbutil"])), log=board.log.append)
+
+    def run(code: str) -> list[object]:
+        # mbutil first, on its own: compiling it next to the test's code does not fit
+        board.repl.soft_reset()
+        board.repl.exec("import mbutil", 30)
+        return [ast.literal_eval(ln) for ln in board.repl.exec(code, 60).splitlines() if ln.strip()]
+
+    # the classes are built on the board from their roots: a literal of them does not compile there
+    assert slim.INT32_CLASSES == [x for b in slim.INT32_BITS
+                                  for v in (2 ** b - 1, 2 ** b, 2 ** b + 1) for x in (v, -v)]
+    device = run("b=bytearray(4)\nfor e in %r:\n for v in (2**e-1,2**e,2**e+1):\n"
+                 "  for x in (v,-v):\n   mbutil.put32(b,0,x)\n   print(bytes(b))"
+                 % (slim.INT32_BITS,))
+    assert device == [struct.pack("<i", slim._clamp_i32(v)) for v in slim.INT32_CLASSES]
+    centre = [(-1) ** i * (i * 1000003) for i in range(16)]
+    cases = slim._norm_cases()
+    small = cases[:len(cases) - 3 * len(slim.NORM_ROOTS)]
+    device = run(
+        "C=%r\ndef t(o):\n for m in range(len(o),17):\n  d=[0]*m\n"
+        "  for i in range(len(o)):\n   d[(0,m-1,m//2)[i]]=o[i]*(-1)**(i+m)\n"
+        "  print(mbutil.norm([C[i]+d[i] for i in range(m)],C[:m]))\n"
+        "for o in %r:\n t(o)\nfor j in %r:\n t([j*j])\n t([j*j,j])\n t([j*j-1,j])"
+        % (centre, [o for o, _ in small], list(slim.NORM_ROOTS)))
+    assert device == [w for o, w in cases for m in range(len(o), 17)]
+
+
 def _drive(tr: Transport, out: bytearray, rows: list[list[int]], timeout: float = 60.0) -> bytearray:
     """Be the node's host until its run ends: each ``?`` gets the next row (``.`` when
     done); as the gateway, each record is acknowledged (as if both its messages were
@@ -240,7 +279,8 @@ def _drive(tr: Transport, out: bytearray, rows: list[list[int]], timeout: float 
     return out
 
 
-def test_microbit_node_runs_three_columns_from_a_checked_config() -> None:
+def test_microbit_node_runs_three_columns_from_a_checked_config(
+        capsys: pytest.CaptureFixture[str]) -> None:
     """The micro:bit's widest config (3 columns, one with long ints) through the real boot
     sequence: provisioning's check on the board (mbcfg, then removed), the ledger read
     back (mbstate), the node; every record released and acknowledged, no MemoryError."""
@@ -268,6 +308,17 @@ def test_microbit_node_runs_three_columns_from_a_checked_config() -> None:
     assert "stimulus done: 40 readings, 40 released" in console
     assert "idle: all 40 records acknowledged (0 resent)" in console
     assert text.count(b"\n~0101") == 40
+    # the boot event carries the project's version, and the heap left with three columns
+    from dpsense.cloud.gateway.events import parse_event
+    from dpsense.protocol import __version__
+    boot = parse_event([ln for ln in text.replace(b"\r\n", b"\n").split(b"\n")
+                        if ln.startswith(b"#boot")][0])
+    assert boot["version"] == __version__
+    assert " mem_free=%d version=%s" % (boot["mem_free"], __version__) in console
+    with capsys.disabled():
+        print("\n  micro:bit (QEMU) node running 3 columns: gc.mem_free() %d bytes at #boot"
+              % boot["mem_free"])
+    assert boot["mem_free"] >= MIN_FREE_RUNNING
 
 
 def _expanded(text: bytes) -> str:

@@ -19,6 +19,7 @@ MODULES = (
     "tests.portable.test_mechanism",
     "tests.portable.test_node",
     "tests.portable.test_mbnode",
+    "tests.portable.test_mbslim",
     "tests.portable.test_mbcfg",
     "tests.portable.test_fw_config",
     "tests.portable.test_fw_sensor",
