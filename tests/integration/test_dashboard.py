@@ -30,7 +30,8 @@ from dpsense.cloud.config import Settings
 from dpsense.cloud.dashboard.data import MAX_POINTS, StoreSource
 from dpsense.cloud.dashboard.server import DashboardServer
 from dpsense.cloud.datasets import paper1_synthetic
-from dpsense.cloud.simulate import Encoded, FleetPublisher, calibrate, encode_fleet
+from dpsense.cloud.profile import calibrate
+from dpsense.cloud.simulate import Encoded, FleetPublisher, encode_fleet
 from dpsense.cloud.storage import Reading, open_analyst_store
 from tests.integration.procs import stop
 
