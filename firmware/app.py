@@ -138,14 +138,17 @@ class App:
         ring = self.ring
         worst = self.mech.epsilon_row_worst()
         row = self.mech.epsilon_row()
+        # The release goes in the boot message only: a serial board's status is one console
+        # line, and the gateway takes no line longer than framing.MAX_LINE.
         text = ('{"event":"%s","device":%d,"boot":%d,"board":"%s","entropy":"%s",'
                 '"eps_record":"%s","eps_record_worst":"%s","window":%d,"spent":"%s",'
-                '"cap":"%s","withheld":%d,"released":%d,"dropped":%d,"pending":%d,"version":"%s",'
+                '"cap":"%s","withheld":%d,"released":%d,"dropped":%d,"pending":%d,%s'
                 '"sensor":"%s"}'
                 % (event, self.cfg["device_id"], self.boot_id, self.profile["name"],
                    self.entropy, frac_text(row[0], row[1]), frac_text(worst[0], worst[1]),
                    led.window, led.spent_text(), led.cap_text(), led.withheld, self.released,
-                   ring.dropped if ring else 0, ring.pending if ring else 0, __version__,
+                   ring.dropped if ring else 0, ring.pending if ring else 0,
+                   '"version":"%s",' % __version__ if event == "boot" else "",
                    self.sensor.kind))
         if self.uplink is not None:
             self.uplink.status(text.encode())

@@ -29,7 +29,7 @@ from dpsense.cloud import topics
 from dpsense.cloud.gateway.acks import Acknowledgements, poll_count
 from dpsense.cloud.gateway.events import expand_event, parse_event
 from dpsense.protocol import wire
-from dpsense.protocol.framing import MAX_LINE, LineSplitter, unframe
+from dpsense.protocol.framing import MAX_CONSOLE_LINE, LineSplitter, unframe
 
 
 @dataclass
@@ -77,7 +77,7 @@ class Gateway:
         self.acks = Acknowledgements()
         self.stats = GatewayStats(self.acks)
         self.boot: dict[str, Any] | None = None
-        self._splitter = LineSplitter()
+        self._splitter = LineSplitter(MAX_CONSOLE_LINE)
         self._last_line = time.monotonic()
         self._idle_reported = -1
 
@@ -96,7 +96,7 @@ class Gateway:
 
     def line(self, line: bytes | None) -> None:
         if line is None:
-            self._malformed("line longer than the %d-byte limit" % MAX_LINE)
+            self._malformed("line longer than the %d-byte limit" % MAX_CONSOLE_LINE)
             return
         if line.endswith(b"\r"):
             line = line[:-1]
