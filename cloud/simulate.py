@@ -24,11 +24,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from dpsense.cloud import topics
 from dpsense.cloud.broker import Broker
 from dpsense.cloud.config import Settings
-from dpsense.protocol import wire
 from dpsense.protocol.fixedpoint import Affine, parse_decimal
 from dpsense.protocol.mechanism import Column, RecordMechanism
-from dpsense.protocol.rng import XorShift32
-from dpsense.protocol.tokens import new_token
 
 
 @dataclass(frozen=True)
@@ -75,33 +72,8 @@ class _SystemRandom:
 def encode_fleet(x: np.ndarray, profile: DeviceProfile, devices: int, seed: int | None,
                  boot_id: int = 1, progress: Callable[[int, int], None] | None = None) -> Encoded:
     """Perturb and encode every row of ``x`` (units); row i belongs to device ``i % devices + 1``."""
-    n = len(x)
-    raw_q = np.rint(x / profile.quantum).astype(np.int64)
-    mechs, rngs = [], []
-    for d in range(devices):
-        rng = XorShift32(seed * 1000 + d + 1) if seed else _SystemRandom()
-        rngs.append(rng)
-        mechs.append(profile.mechanism(rng))
-    seq_next = [0] * devices
-    dev_ids = np.empty(n, dtype=np.int64)
-    seqs = np.empty(n, dtype=np.int64)
-    released = np.empty_like(raw_q)
-    readings: list[bytes] = []
-    corrections: list[bytes] = []
-    step = max(1, n // 10)
-    for i in range(n):
-        d = i % devices
-        _, out, dd = mechs[d].perturb([int(v) for v in raw_q[i]])
-        tok = new_token(rngs[d])
-        readings.append(wire.encode_reading(d + 1, boot_id, seq_next[d], tok, profile.config_id, out))
-        corrections.append(wire.encode_correction(tok, dd))
-        dev_ids[i] = d + 1
-        seqs[i] = seq_next[d]
-        released[i] = out
-        seq_next[d] += 1
-        if progress and (i + 1) % step == 0:
-            progress(i + 1, n)
-    return Encoded(dev_ids, seqs, readings, corrections, raw_q, released)
+    from dpsense.cloud.steady import FleetEncoder      # it builds on this module
+    return FleetEncoder(profile, devices, seed, boot_id).encode(x, progress)
 
 
 class FleetPublisher:
@@ -125,6 +97,12 @@ class FleetPublisher:
     def _on_publish(self, client: mqtt.Client, userdata: object, mid: int, reason: object, props: object) -> None:
         with self._lock:
             self._acked += 1
+
+    @property
+    def acked(self) -> int:
+        """Messages the broker acknowledged so far."""
+        with self._lock:
+            return self._acked
 
     def connect(self) -> None:
         for c in self.clients:

@@ -15,6 +15,8 @@ STATUS = "dpsense/status/%s"
 STATUS_ALL = "dpsense/status/+"
 ROUND_TO_CS = "dpsense/round/to-cs"
 ROUND_TO_ANALYST = "dpsense/round/to-analyst"
+ALERTS = "dpsense/alerts/%s"              # % device group: a window's candidates (cloud/alerts.py)
+ALERTS_ALL = "dpsense/alerts/+"
 
 _DEVICE_USER = re.compile(r"d([1-9][0-9]{0,9})")
 

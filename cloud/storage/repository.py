@@ -20,6 +20,9 @@ Rules shared by every backend:
   and ``window`` walk the readings in the order they arrived, and a reader that remembers the
   last row id it saw misses none.
 * Errors of the database become ``StorageError``; invalid arguments raise ``ValueError``.
+
+The analyst store also holds the detection windows, per-row verdicts, device groups, board
+status messages, events and counters (``stream.StreamTables``: the same SQL on both backends).
 """
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dpsense.protocol import wire
+
+from .stream import StreamTables, TokenListing
 
 CONFLICTING_DUPLICATE = "conflicting duplicate"
 
@@ -105,7 +110,7 @@ class Window(NamedTuple):
     values: npt.NDArray[np.int64]    # shape (n, m): one row per reading, one column per value
 
 
-class AnalystStore(ABC):
+class AnalystStore(StreamTables, ABC):
     """Perturbed readings, dead letters, detection progress (``meta``) and detection results."""
 
     @abstractmethod
@@ -167,8 +172,10 @@ class AnalystStore(ABC):
         self.close()
 
 
-class CorrectionStore(ABC):
+class CorrectionStore(TokenListing, ABC):
     """Record tokens and distance differences, plus dead letters; no device identity at all."""
+
+    _token_table = "corrections"
 
     @abstractmethod
     def add_batch(self, corrections: list[Correction], dead: list[DeadLetter]) -> int:
