@@ -284,17 +284,12 @@ class Analyst:
         store = self.open_store()
         done = 0
         try:
-            self._resume(store)
+            self.resume(store)
             while not stop.is_set():
-                now = self.clock()
-                self._observe(store, now)
-                if self.params.spec.seconds is not None:
-                    self._close_time_windows(store, now)
-                else:
-                    self._close_count_windows(store, now, flush_when_idle)
-                worked = self._next_round_due(store)
+                worked = self.poll(store, flush_when_idle)
                 done += worked
-                if exit_when_done and flush_when_idle is not None and self._finished(now, flush_when_idle):
+                if (exit_when_done and flush_when_idle is not None
+                        and self._finished(self.clock(), flush_when_idle)):
                     break
                 if not worked:
                     stop.wait(self.POLL)
@@ -305,7 +300,18 @@ class Analyst:
             self._client.loop_stop()
         return done
 
-    def _resume(self, store: AnalystStore) -> None:
+    def poll(self, store: AnalystStore, flush_when_idle: float | None = None) -> int:
+        """One turn of the loop: count arrivals, close what is due, run one due round (1 if it completed)."""
+        now = self.clock()
+        self._observe(store, now)
+        if self.params.spec.seconds is not None:
+            self._close_time_windows(store, now)
+        else:
+            self._close_count_windows(store, now, flush_when_idle)
+        return self._next_round_due(store)
+
+    def resume(self, store: AnalystStore) -> None:
+        """Take up the store's state: pending readings per group, windows awaiting a round."""
         f = self._flow = _Flow()
         f.seen = store.max_row_id()
         now = self.clock()
@@ -394,7 +400,7 @@ class Analyst:
     def _next_round_due(self, store: AnalystStore) -> int:
         """Run the oldest waiting window's round if its time came; 1 when it completed."""
         f = self._flow
-        if not f.waiting or time.monotonic() < f.retry_at:
+        if not f.waiting or self.clock() < f.retry_at:
             return 0
         w = store.window_record(f.waiting[0])
         if w is None or w.state == "done":
@@ -406,7 +412,7 @@ class Analyst:
             if self._stop.is_set():
                 return 0
             f.backoff = min(self.params.retry_max, max(self.params.retry_min, 2 * f.backoff))
-            f.retry_at = time.monotonic() + f.backoff
+            f.retry_at = self.clock() + f.backoff
             text = ("window %d (group %s, %d readings) held: %s; retrying in %.0f s (attempt %d)"
                     % (w.id, w.group, w.n, e, f.backoff, w.attempts + 2))
             self.log("analyst: " + text)
