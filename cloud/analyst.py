@@ -157,7 +157,7 @@ class Analyst:
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=True,
                         protocol=mqtt.MQTTv311)
         c.username_pw_set(conn.username, conn.password)
-        c.reconnect_delay_set(0.2, 5)
+        c.reconnect_delay_set(1, 5)
         c.on_connect = self._on_connect
         c.on_message = self._on_message
         self._client = c
@@ -232,7 +232,7 @@ class Analyst:
         res = self._await(rid, "result")
         fp = msg.positions(res, "fp", n)
         fn = msg.positions(res, "fn", n)
-        t_round = time.perf_counter() - t1
+        detect_s, round_s = round(t_detect, 4), round(time.perf_counter() - t1, 4)
         missing = res.get("missing")
         missing = missing if isinstance(missing, int) and missing > 0 else 0
         now = self.clock()
@@ -259,11 +259,11 @@ class Analyst:
             "candidates": int(r.size), "d_tp": split.get("d_tp"),
             "presumed_rows": [int(x) for x in m.row_ids[presumed]],
             "candidate_rows": [int(x) for x in m.row_ids[r]],
-            "detect_s": round(t_detect, 4), "round_s": round(t_round, 4),
+            "detect_s": detect_s, "round_s": round_s,
         }
-        store.complete_window(w.id, WindowOutcome(int(presumed.size), int(fp.size), int(np.setdiff1d(fn, presumed).size),
-                                                  int(r.size), missing, result["detect_s"], result["round_s"], now),
-                              verdicts, result, note)
+        outcome = WindowOutcome(int(presumed.size), int(fp.size), int(np.setdiff1d(fn, presumed).size), int(r.size),
+                                missing, detect_s, round_s, now)
+        store.complete_window(w.id, outcome, verdicts, result, note)
         if note is not None:
             self.log("analyst: " + note)
         self.alerts.window_done(w, [v for v in verdicts if v.candidate])

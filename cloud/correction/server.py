@@ -132,7 +132,7 @@ class CorrectionServer:
         self._connected = threading.Event()
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=True,
                         protocol=mqtt.MQTTv311)
-        c.reconnect_delay_set(0.2, 5)
+        c.reconnect_delay_set(1, 5)
         c.username_pw_set(conn.username, conn.password)
         c.on_connect = self._on_connect
         c.on_message = lambda cl, u, m: self._q.put(bytes(m.payload))

@@ -411,7 +411,8 @@ class StreamTables(TokenListing):
 
     def window_counts(self) -> dict[str, int]:
         """Windows per state (every state present, 0 when none)."""
-        found = {k: int(n) for k, n in self._rows("count windows", "SELECT state, count(*) FROM windows GROUP BY state")}
+        found = {k: int(n) for k, n in self._rows("count windows",
+                                                  "SELECT state, count(*) FROM windows GROUP BY state")}
         return {state: found.get(state, 0) for state in WINDOW_STATES}
 
     def max_round_id(self) -> int:

@@ -64,7 +64,8 @@ def test_a_window_with_candidates_is_posted_once(endpoint: Endpoint) -> None:
     a.close()
     ((ctype, doc),) = endpoint.bodies
     assert ctype == "application/json"
-    assert (doc["window"], doc["group"], doc["readings"], doc["start"]) == (3, "hall-a", 250, "1970-01-01T00:16:40.000Z")
+    assert (doc["window"], doc["group"], doc["readings"]) == (3, "hall-a", 250)
+    assert doc["start"] == "1970-01-01T00:16:40.000Z"
     assert [(c["device"], c["boot"], c["seq"], c["verdict"]) for c in doc["candidates"]] == \
         [(7, 2, 118, "candidate"), (8, 2, 120, "added_fn")]
     assert [(t, json.loads(b)) for t, b in published] == [("dpsense/alerts/hall-a", doc)]
