@@ -7,7 +7,8 @@
 Windows are cut per device group (cloud/windows.py): tumbling windows of arrival time, or runs
 of ``window.count`` readings in arrival order. A window below ``params.floor`` readings is never
 scored: its readings stay pending and join the group's next window, and a log line and a status
-entry say so. Closing a window fixes its members in the store; its correction round then runs
+entry say so. A window in which the detector finds no inlier at all (too sparse for its
+parameters) is carried the same way, without a round. Closing a window fixes its members in the store; its correction round then runs
 until it completes: a round that fails (no answer, an error from the correction server,
 correction records still missing) leaves the window held, with a log line and a status entry,
 and is retried with a growing delay. Only a completed round stores the window's verdicts.
@@ -121,6 +122,10 @@ class RoundHeld(RuntimeError):
     """The round gave an answer the analyst will not store yet (correction records missing)."""
 
 
+class WindowCarried(RuntimeError):
+    """The detector flagged every reading of the window: there is no population in it to score."""
+
+
 @dataclass
 class _Flow:
     """What the loop keeps in memory between polls."""
@@ -132,6 +137,10 @@ class _Flow:
     waiting: collections.deque[int] = field(default_factory=collections.deque)  # windows without verdicts
     retry_at: float = 0.0
     backoff: float = 0.0
+    # A carried window's group closes its next window only past it: a time window must end
+    # after ``carried_end``, a count window holds ``carried_n`` readings more than usual.
+    carried_end: dict[str, float] = field(default_factory=dict)
+    carried_n: dict[str, int] = field(default_factory=dict)
     told: set[tuple[str, float]] = field(default_factory=set)    # carries already reported
     closed_end: dict[str, float] = field(default_factory=dict)   # end of a group's last time window
 
@@ -210,18 +219,25 @@ class Analyst:
         """Detect on a closed window and run its correction round; store and return the result.
 
         Raises ``RoundTimeout``, ``msg.RoundError`` or ``RoundHeld`` when the round cannot
-        complete; nothing about the window's outcome is stored then.
+        complete, ``WindowCarried`` when the detector flags every reading; nothing about the
+        window's outcome is stored then.
         """
-        rid = self._next_round
-        self._next_round += 1
-        store.start_attempt(w.id, rid)
         t0 = time.perf_counter()
         m = store.window_members(w.id)
         values = np.asarray(m.values, dtype=float)
         n = len(m.row_ids)
         presumed = np.flatnonzero(self.detector().fit_predict(values) == -1)
+        if presumed.size == n:
+            p = self.params
+            raise WindowCarried(
+                "the %s detector flagged all %d readings: no population to compare with (too sparse for "
+                "min_samples %d within %g quanta; longer windows or other detector parameters help)"
+                % (p.detector, n, p.min_samples, p.eps_q))
         dist = np.linalg.norm(values - values.mean(axis=0), axis=1)
         t_detect = time.perf_counter() - t0
+        rid = self._next_round
+        self._next_round += 1
+        store.start_attempt(w.id, rid)
         t1 = time.perf_counter()
         pub = self._client.publish
         pub(topics.ROUND_TO_CS, msg.encode("presumed", rid, tokens=msg.tokens_field(m.tokens), presumed=presumed),
@@ -345,6 +361,8 @@ class Analyst:
             return
         f.pending[group] = max(0, f.pending.get(group, 0) - w.n)
         f.waiting.append(w.id)
+        f.carried_end.pop(group, None)
+        f.carried_n.pop(group, None)
         if w.kind == "time":
             f.closed_end[group] = max(w.end, f.closed_end.get(group, w.end))
 
@@ -365,10 +383,11 @@ class Analyst:
         count = self.params.spec.count
         assert count is not None
         for g in sorted(f.pending):
-            while f.pending.get(g, 0) >= count:
-                self._closed(store.close_window(g, "count", upto_row=f.seen, closed_at=now, limit=count), g)
+            while f.pending.get(g, 0) >= count + f.carried_n.get(g, 0):
+                size = count + f.carried_n.get(g, 0)
+                self._closed(store.close_window(g, "count", upto_row=f.seen, closed_at=now, limit=size), g)
             left = f.pending.get(g, 0)
-            if flush_idle is None or left == 0 or now - f.arrived.get(g, now) < flush_idle:
+            if (flush_idle is None or left <= f.carried_n.get(g, 0) or now - f.arrived.get(g, now) < flush_idle):
                 continue
             if left >= self.params.floor:
                 self._closed(store.close_window(g, "count", upto_row=f.seen, closed_at=now, limit=left), g)
@@ -384,8 +403,12 @@ class Analyst:
         f.checked = boundary
         for g in sorted(g for g, n in f.pending.items() if n > 0):
             t = store.first_pending_at(g, f.seen, 0.0)
-            while t is not None and t < boundary:
+            while t is not None:
                 end = spec.interval_end(t)
+                if end <= f.carried_end.get(g, float("-inf")):
+                    end = spec.interval_end(f.carried_end[g])
+                if end > boundary:
+                    break
                 p = store.pending_in_group(g, f.seen, end)
                 if p.count >= self.params.floor:
                     self._closed(store.close_window(g, "time", upto_row=f.seen, closed_at=end, before=end,
@@ -403,11 +426,22 @@ class Analyst:
         if not f.waiting or self.clock() < f.retry_at:
             return 0
         w = store.window_record(f.waiting[0])
-        if w is None or w.state == "done":
+        if w is None or w.state in ("done", "carried"):
             f.waiting.popleft()
             return 0
         try:
             res = self.process_window(store, w)
+        except WindowCarried as e:
+            f.waiting.popleft()
+            text = "window %d (group %s, %d readings) carried into the group's next window: %s" % (
+                w.id, w.group, w.n, e)
+            self.log("analyst: " + text)
+            f.pending[w.group] = f.pending.get(w.group, 0) + store.carry_window(w.id, text, self.clock())
+            if w.kind == "time":
+                f.carried_end[w.group] = max(w.end, f.carried_end.get(w.group, w.end))
+            else:
+                f.carried_n[w.group] = w.n
+            return 0
         except (RoundTimeout, msg.RoundError, RoundHeld) as e:
             if self._stop.is_set():
                 return 0
@@ -434,7 +468,7 @@ class Analyst:
         if f.seen == 0 or f.waiting or any(now - t < flush_idle for t in f.arrived.values()):
             return False
         left = sum(f.pending.values())
-        if any(n >= self.params.floor for n in f.pending.values()):
+        if any(n >= self.params.floor and n > f.carried_n.get(g, 0) for g, n in f.pending.items()):
             return False
         if left:
             self.log("analyst: exiting with %d readings pending (fewer than the minimum window); the next run "

@@ -153,7 +153,8 @@ def do_status(args: argparse.Namespace) -> int:
             counts = a.window_counts()
             if any(counts.values()):
                 print("windows     %d done, %d closed and awaiting their correction round, %d held after a "
-                      "failed round" % (counts["done"], counts["closed"], counts["held"]))
+                      "failed round, %d carried (no inlier)" % (counts["done"], counts["closed"], counts["held"],
+                                                               counts["carried"]))
             for w in a.windows(states=("held",), limit=3):
                 print("  held: window %d (group %s, %d readings, %d attempts): %s"
                       % (w.id, w.group, w.n, w.attempts, w.last_error))

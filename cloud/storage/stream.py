@@ -8,8 +8,9 @@ events and counters. One SQL text for SQLite and PostgreSQL.
 
 A reading belongs to at most one window (``readings.win``); until its window closes it is
 *pending*. A window is ``closed`` (members fixed, round not done), ``held`` (a round failed and
-is retried) or ``done`` (the round's outcome, the verdicts and the result payload are stored, in
-one transaction: no window is ever done without its round). Verdict rows exist for the readings
+is retried), ``done`` (the round's outcome, the verdicts and the result payload are stored, in
+one transaction: no window is ever done without its round) or ``carried`` (the detector found
+no inlier in it: its readings are pending again and join the group's next window). Verdict rows exist for the readings
 a round decided on (presumed outliers and added false negatives); they carry the reading's
 identity and arrival time, never a value, a noise or a distance difference.
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from .repository import DeadLetter
 
 DEFAULT_GROUP = "default"
-WINDOW_STATES = ("closed", "held", "done")
+WINDOW_STATES = ("closed", "held", "done", "carried")
 COUNTERS = ("ingest_received", "ingest_stored", "ingest_duplicates", "windows_closed", "rounds_completed",
             "rounds_failed", "round_seconds_total", "readings_carried")
 _TOKEN_CHUNK = 50_000
@@ -113,7 +114,7 @@ class WindowRecord:
     end: float
     closed_at: float
     n: int
-    state: str                    # "closed", "held" or "done"
+    state: str                    # "closed", "held", "done" or "carried"
     attempts: int
     round_id: int | None
     last_error: str | None
@@ -430,6 +431,19 @@ class StreamTables(TokenListing):
             grp = self._x(cur, "SELECT grp FROM windows WHERE id = ?", (window,)).fetchone()
             self._event(cur, at, "held", grp[0] if grp else None, window, event)
             self._bump(cur, {"rounds_failed": 1})
+
+    def carry_window(self, window: int, text: str, at: float) -> int:
+        """Give a closed window's readings back to the pending ones (its record stays, as
+        ``carried``); returns how many readings it held."""
+        with self._write("carry window %d" % window) as cur:
+            row = self._x(cur, "SELECT grp, n FROM windows WHERE id = ? AND state <> 'done'", (window,)).fetchone()
+            if row is None:
+                return 0
+            self._x(cur, "UPDATE readings SET win = NULL WHERE win = ?", (window,))
+            self._x(cur, "UPDATE windows SET state = 'carried', last_error = ? WHERE id = ?", (text, window))
+            self._event(cur, at, "carried", row[0], window, text)
+            self._bump(cur, {"readings_carried": int(row[1])})
+        return int(row[1])
 
     def complete_window(self, window: int, outcome: WindowOutcome, verdicts: Sequence[Verdict],
                         payload: dict[str, Any], note: str | None = None) -> None:

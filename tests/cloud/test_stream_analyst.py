@@ -268,3 +268,55 @@ def test_alerts_name_readings_and_carry_no_values(store: AnalystStore) -> None:
     assert {(c["device"], c["seq"]) for c in doc["candidates"]} == {(v.device_id, v.seq) for v in cands}
     far = {r.seq for r in batch if r.seq % 25 == 24}
     assert far <= {v.seq for v in cands}
+
+
+def _sparse(device: int, times: np.ndarray, start_seq: int = 0) -> list[Reading]:
+    """Readings 1,000 quanta apart: no reading has a neighbour within the radius."""
+    return [Reading(device, 2, start_seq + i, bytes([device, i, 9, 9, 0, 0, 0, 0]), 1, (1000 * (start_seq + i), 0),
+                    "dpsense/readings/d%d" % device, float(t)) for i, t in enumerate(times)]
+
+
+class Counting(InProcessServer):
+    def __init__(self, d_diff: dict[bytes, int]) -> None:
+        super().__init__(d_diff)
+        self.round_messages = 0
+
+    def publish(self, topic: str, payload: bytes, qos: int = 0) -> None:
+        self.round_messages += topic == topics.ROUND_TO_CS
+        super().publish(topic, payload, qos)
+
+
+def test_a_window_without_any_inlier_is_carried_without_a_round(store: AnalystStore) -> None:
+    fleet = Fleet()
+    sparse = _sparse(5, spread(8000.0, 8005.0, 30))
+    fleet.d_diff.update({r.token: 10 for r in sparse})
+    store.add_batch(sparse, [])
+    clock = Clock(8006.0)
+    server = Counting(fleet.d_diff)
+    a, logs = make_analyst(store, server, clock, WindowSpec(seconds=5))
+    assert a.poll(store) == 0
+    (w,) = store.windows()
+    assert (w.state, w.n) == ("carried", 30) and "flagged all 30 readings" in (w.last_error or "")
+    assert server.round_messages == 0 and store.window_results() == []
+    assert store.events()[0].kind == "carried" and "carried into the group's next window" in logs[-1]
+    assert a.poll(store) == 0 and len(store.windows()) == 1          # not closed again on its own
+    store.add_batch(fleet.readings(5, spread(8005.0, 8010.0, 40)), [])
+    clock.t = 8011.0
+    assert a.poll(store) == 1
+    done = store.windows()[-1]
+    assert (done.state, done.n, done.start, done.end) == ("done", 70, 8000.0, 8010.0)
+    assert done.presumed < done.n
+
+
+def test_a_carried_count_window_grows_by_a_window(store: AnalystStore) -> None:
+    fleet = Fleet()
+    sparse = _sparse(5, spread(9000.0, 9001.0, 40))
+    fleet.d_diff.update({r.token: 10 for r in sparse})
+    store.add_batch(sparse, [])
+    a, _ = make_analyst(store, InProcessServer(fleet.d_diff), Clock(9002.0), WindowSpec(count=40))
+    assert a.poll(store) == 0 and store.windows()[0].state == "carried"
+    store.add_batch(fleet.readings(5, spread(9002.0, 9003.0, 30)), [])
+    assert a.poll(store) == 0 and len(store.windows()) == 1          # 70 pending: not 40 more yet
+    store.add_batch(fleet.readings(5, spread(9003.0, 9004.0, 10)), [])
+    assert a.poll(store) == 1
+    assert [(w.state, w.n) for w in store.windows()] == [("carried", 40), ("done", 80)]

@@ -66,7 +66,7 @@ def test_time_windows_take_each_pending_reading_once_per_group(analyst: AnalystS
     assert w2 is not None and (w2.id, w2.seq, w2.n, w2.start, w2.end) == (1, 0, 4, 100.0, 103.0)
     assert analyst.first_pending_at("hall-a", top, 0.0) == 104.0
     assert {g: p.count for g, p in analyst.pending_by_group(0, top).items()} == {"default": 10, "hall-a": 6}
-    assert analyst.window_counts() == {"closed": 2, "held": 0, "done": 0}
+    assert analyst.window_counts() == {"closed": 2, "held": 0, "done": 0, "carried": 0}
     assert analyst.counters()["windows_closed"] == 2
 
 
