@@ -4,8 +4,10 @@ A fake clock drives it: readings get arrival times, ``poll`` is called at chosen
 """
 from __future__ import annotations
 
+import itertools
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -89,9 +91,16 @@ class Fleet:
         return out
 
 
-@pytest.fixture
-def store():
-    with open_analyst_store("sqlite://") as s:
+_DATABASES = itertools.count()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest) -> Iterator[AnalystStore]:
+    url = "sqlite://"
+    if request.param == "postgresql":
+        from dpsense.cloud.storage.pgserver import create_database
+        url = create_database(request.getfixturevalue("postgres_url"), "loop%d" % next(_DATABASES))
+    with open_analyst_store(url) as s:
         yield s
 
 
@@ -320,3 +329,19 @@ def test_a_carried_count_window_grows_by_a_window(store: AnalystStore) -> None:
     store.add_batch(fleet.readings(5, spread(9003.0, 9004.0, 10)), [])
     assert a.poll(store) == 1
     assert [(w.state, w.n) for w in store.windows()] == [("carried", 40), ("done", 80)]
+
+
+def test_a_restarted_analyst_takes_up_closed_windows(store: AnalystStore) -> None:
+    fleet = Fleet()
+    store.add_batch(fleet.readings(1, spread(10000.0, 10005.0, 50)), [])
+    clock = Clock(10006.0)
+    server = InProcessServer(fleet.d_diff)
+    server.down = True
+    first, _ = make_analyst(store, server, clock, WindowSpec(seconds=5))
+    assert first.poll(store) == 0 and store.windows()[0].state == "held"
+    server.down = False
+    again, logs = make_analyst(store, server, clock, WindowSpec(seconds=5))     # a new process, same store
+    assert "1 closed windows await their correction round (first: window 0)" in logs[0]
+    assert again.poll(store) == 1
+    (w,) = store.windows()
+    assert (w.state, w.attempts, w.round_id) == ("done", 2, 2)       # a new round id for the new attempt
