@@ -239,7 +239,7 @@ def do_analyst(args: argparse.Namespace) -> int:
     try:
         opener = lambda: open_analyst_store(st.analyst_db)  # noqa: E731
         opener().close()            # create the database once, before two threads open it
-        ingests = []
+        ingests: list[IngestThread] = []
         if not args.no_ingest:
             ingests = [IngestThread(connection_for(st, "analyst", "dpsense-ingest-" + role), opener, role, stop)
                        for role in ("analyst", "status")]
