@@ -1,7 +1,7 @@
 """Mosquitto on loopback, configured so that no accepted message is lost, with one account per role.
 
     broker = Broker(Path("dpsense-data"), port=1883)
-    broker.add_account("analyst")            # role accounts: analyst, correction, curator
+    broker.add_account("analyst")            # role accounts: analyst, correction, curator, alerts
     broker.add_device(7)                     # device account "d7"
     with broker.running():
         ...
@@ -40,7 +40,7 @@ from typing import Iterator
 from dpsense.cloud import topics
 from dpsense.cloud.errors import BrokerError
 
-ROLES = ("analyst", "correction", "curator", "device")
+ROLES = ("analyst", "correction", "curator", "alerts", "device")
 
 
 def _acl_text(accounts: dict[str, str]) -> str:
@@ -58,12 +58,19 @@ def _acl_text(accounts: dict[str, str]) -> str:
                     "topic read " + topics.READINGS_ALL,
                     "topic read " + topics.STATUS_ALL,
                     "topic write " + topics.ROUND_TO_CS,
-                    "topic read " + topics.ROUND_TO_ANALYST],
+                    "topic read " + topics.ROUND_TO_ANALYST,
+                    "topic write " + topics.ALERTS_ALL],
         "correction": ["topic read " + topics.CORRECTIONS,
                        "topic read " + topics.ROUND_TO_CS,
                        "topic write " + topics.ROUND_TO_ANALYST],
         "curator": ["topic deny " + topics.CORRECTIONS,
                     "topic deny " + topics.READINGS_ALL],
+        # An operator's tools: the candidates of each window, nothing else. The denies take
+        # back what the device patterns above would let any account write.
+        "alerts": ["topic read " + topics.ALERTS_ALL,
+                   "topic deny " + topics.CORRECTIONS,
+                   "topic deny " + topics.READINGS_ALL,
+                   "topic deny " + topics.STATUS_ALL],
     }
     for user, role in sorted(accounts.items()):
         if role in rules:

@@ -26,6 +26,7 @@ from dpsense.cloud.commands.demo import (
     parser_version,
 )
 from dpsense.cloud.commands.experiments import do_experiment, parser_experiment
+from dpsense.cloud.commands.results import do_results, parser_results
 from dpsense.cloud.commands.services import (
     do_analyst,
     do_broker,
@@ -57,6 +58,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argpars
     "status": (do_status, parser_status, "counts, sequence gaps and dead letters of both stores"),
     "dashboard": (do_dashboard, parser_dashboard,
                   "serve a read-only live view of the analyst's store and Prometheus metrics (loopback)"),
+    "results": (do_results, parser_results,
+                "detection results: windows, candidates (device, boot, seq) and devices, as a table, CSV or JSON"),
     "simulate": (do_simulate, parser_simulate, "publish a data set as N virtual devices through the broker"),
     "experiment": (do_experiment, parser_experiment,
                    "reproduce a paper's experiment (paper1: Fig. 3; paper2; paper4: Figs. 3-7; verify: paper 1 + 2)"),

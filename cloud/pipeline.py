@@ -22,6 +22,7 @@ from typing import TextIO
 
 import numpy as np
 
+from dpsense.cloud import topics
 from dpsense.cloud.broker import Broker, free_port
 from dpsense.cloud.config import Settings
 from dpsense.cloud.datasets import paper1_synthetic
@@ -71,15 +72,15 @@ def _service(args: list[str], log: Path) -> subprocess.Popen[bytes]:
                                 stdout=f, stderr=subprocess.STDOUT)
 
 
-def _wait_sessions(logs: list[Path], timeout: float = 30.0) -> None:
+def _wait_sessions(logs: list[tuple[Path, str]], timeout: float = 30.0) -> None:
     """Devices may publish only once both ingest sessions are subscribed at the broker."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if all(p.exists() and b"ingest: subscribed" in p.read_bytes() for p in logs):
+        if all(p.exists() and ("ingest: subscribed to " + topic).encode() in p.read_bytes() for p, topic in logs):
             return
         time.sleep(0.1)
     raise DemoError("services did not subscribe within %.0f s (logs: %s)"
-                    % (timeout, ", ".join(str(p) for p in logs)))
+                    % (timeout, ", ".join(str(p) for p, _ in logs)))
 
 
 def _stop(proc: subprocess.Popen[bytes] | None) -> None:
@@ -123,7 +124,8 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
         cs = _service(["correction-server", *common], logs / "correction-server.log")
         analyst = _service(["analyst", *common, "--window", str(opts.n), "--flush-idle", "3",
                             "--exit-when-done"], logs / "analyst.log")
-        _wait_sessions([logs / "analyst.log", logs / "correction-server.log"])
+        _wait_sessions([(logs / "analyst.log", topics.READINGS_ALL),
+                        (logs / "correction-server.log", topics.CORRECTIONS)])
 
         _say("perturbing on %d simulated devices (shared_protocol, exact discrete Laplace)" % opts.devices)
         t0 = time.perf_counter()

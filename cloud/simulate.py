@@ -12,11 +12,13 @@ only users of this module.
 """
 from __future__ import annotations
 
+import json
 import secrets
 import sys
 import threading
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +31,7 @@ from dpsense.cloud.broker import Broker
 from dpsense.cloud.config import Settings
 from dpsense.cloud.profile import DeviceProfile
 from dpsense.protocol import wire
+from dpsense.protocol.mechanism import RecordMechanism
 from dpsense.protocol.rng import XorShift32
 from dpsense.protocol.tokens import new_token
 
@@ -50,36 +53,64 @@ class _SystemRandom:
         return secrets.randbits(k)
 
 
+def boot_id_now() -> int:
+    return int(time.time()) & 0xFFFFFFFF
+
+
+class FleetEncoder:
+    """Per-device mechanisms, random sources and sequence numbers, kept across calls."""
+
+    def __init__(self, profile: DeviceProfile, devices: int, seed: int | None, boot_id: int = 1) -> None:
+        if devices < 1:
+            raise ValueError("devices must be >= 1")
+        self.profile = profile
+        self.devices = devices
+        self.boot_id = boot_id
+        self.seeded = bool(seed)
+        self._rngs = [XorShift32(seed * 1000 + d + 1) if seed else _SystemRandom() for d in range(devices)]
+        self._mechs: list[RecordMechanism] = [profile.mechanism(rng) for rng in self._rngs]
+        self._seq = [0] * devices
+        self._next = 0                  # the device of the next row (round robin)
+
+    def encode(self, x: np.ndarray, progress: Callable[[int, int], None] | None = None) -> Encoded:
+        """Perturb and encode every row of ``x`` (units), continuing each device's sequence."""
+        n = len(x)
+        raw_q = np.rint(x / self.profile.quantum).astype(np.int64)
+        dev_ids = np.empty(n, dtype=np.int64)
+        seqs = np.empty(n, dtype=np.int64)
+        released = np.empty_like(raw_q)
+        readings: list[bytes] = []
+        corrections: list[bytes] = []
+        step = max(1, n // 10)
+        for i in range(n):
+            d = self._next
+            self._next = (d + 1) % self.devices
+            _, out, dd = self._mechs[d].perturb([int(v) for v in raw_q[i]])
+            tok = new_token(self._rngs[d])
+            readings.append(wire.encode_reading(d + 1, self.boot_id, self._seq[d], tok, self.profile.config_id, out))
+            corrections.append(wire.encode_correction(tok, dd))
+            dev_ids[i] = d + 1
+            seqs[i] = self._seq[d]
+            released[i] = out
+            self._seq[d] += 1
+            if progress and (i + 1) % step == 0:
+                progress(i + 1, n)
+        return Encoded(dev_ids, seqs, readings, corrections, raw_q, released)
+
+    def status(self, device_id: int) -> bytes:
+        """The ``boot`` status message of a device, in a board's words (firmware/app.py)."""
+        m = self._mechs[device_id - 1]
+        doc = {"event": "boot", "device": device_id, "boot": self.boot_id, "board": "simulated",
+               "entropy": "xorshift32 (seeded)" if self.seeded else "secrets",
+               "eps_record": str(Fraction(*m.epsilon_row())), "eps_record_worst": str(Fraction(*m.epsilon_row_worst())),
+               "sensor": "simulated"}
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+
 def encode_fleet(x: np.ndarray, profile: DeviceProfile, devices: int, seed: int | None,
                  boot_id: int = 1, progress: Callable[[int, int], None] | None = None) -> Encoded:
     """Perturb and encode every row of ``x`` (units); row i belongs to device ``i % devices + 1``."""
-    n = len(x)
-    raw_q = np.rint(x / profile.quantum).astype(np.int64)
-    mechs, rngs = [], []
-    for d in range(devices):
-        rng = XorShift32(seed * 1000 + d + 1) if seed else _SystemRandom()
-        rngs.append(rng)
-        mechs.append(profile.mechanism(rng))
-    seq_next = [0] * devices
-    dev_ids = np.empty(n, dtype=np.int64)
-    seqs = np.empty(n, dtype=np.int64)
-    released = np.empty_like(raw_q)
-    readings: list[bytes] = []
-    corrections: list[bytes] = []
-    step = max(1, n // 10)
-    for i in range(n):
-        d = i % devices
-        _, out, dd = mechs[d].perturb([int(v) for v in raw_q[i]])
-        tok = new_token(rngs[d])
-        readings.append(wire.encode_reading(d + 1, boot_id, seq_next[d], tok, profile.config_id, out))
-        corrections.append(wire.encode_correction(tok, dd))
-        dev_ids[i] = d + 1
-        seqs[i] = seq_next[d]
-        released[i] = out
-        seq_next[d] += 1
-        if progress and (i + 1) % step == 0:
-            progress(i + 1, n)
-    return Encoded(dev_ids, seqs, readings, corrections, raw_q, released)
+    return FleetEncoder(profile, devices, seed, boot_id).encode(x, progress)
 
 
 class FleetPublisher:
@@ -103,6 +134,12 @@ class FleetPublisher:
     def _on_publish(self, client: mqtt.Client, userdata: object, mid: int, reason: object, props: object) -> None:
         with self._lock:
             self._acked += 1
+
+    @property
+    def acked(self) -> int:
+        """Messages the broker acknowledged so far."""
+        with self._lock:
+            return self._acked
 
     def connect(self) -> None:
         for c in self.clients:

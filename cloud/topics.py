@@ -10,6 +10,8 @@ import re
 
 from dpsense.protocol.layout import DEVICE_ID_MAX
 from dpsense.protocol.topics import (
+    ALERTS,
+    ALERTS_ALL,
     CORRECTIONS,
     DEVICE_USER,
     READINGS,

@@ -18,3 +18,5 @@ STATUS = "dpsense/status/%s"               # % device account
 STATUS_ALL = STATUS % "+"
 ROUND_TO_CS = "dpsense/round/to-cs"
 ROUND_TO_ANALYST = "dpsense/round/to-analyst"
+ALERTS = "dpsense/alerts/%s"               # % device group: a window's new candidates
+ALERTS_ALL = ALERTS % "+"

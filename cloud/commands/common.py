@@ -135,10 +135,12 @@ class IngestThread:
         self.thread.start()
 
     def _run(self) -> None:
+        from dpsense.cloud.devices import status_ingest
         from dpsense.cloud.ingest.service import IngestService
         try:
             with self._open() as store:  # type: ignore[attr-defined]
-                make = IngestService.for_analyst if self._role == "analyst" else IngestService.for_correction
+                make = {"analyst": IngestService.for_analyst, "correction": IngestService.for_correction,
+                        "status": status_ingest}[self._role]
                 make(self._conn, store).run(self._stop)
         except BaseException as e:  # noqa: BLE001 - raised again in the command's thread by check()
             self.error = e

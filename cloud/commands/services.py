@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
+from dpsense.cloud.errors import UsageError
 from dpsense.cloud.commands.common import (
     IngestThread,
     add_common,
@@ -16,6 +18,9 @@ from dpsense.cloud.commands.common import (
     settings_from,
     stop_on_sigterm,
 )
+
+if TYPE_CHECKING:
+    from dpsense.cloud.windows import WindowSpec
 
 
 def parser_broker(p: argparse.ArgumentParser) -> None:
@@ -31,13 +36,16 @@ def parser_broker(p: argparse.ArgumentParser) -> None:
                          epilog=examples("dpsense broker add-account analyst",
                                          "dpsense broker add-account dashboard --role curator"))
     acc.add_argument("name", help="account name, e.g. analyst")
-    acc.add_argument("--role", choices=("analyst", "correction", "curator"),
-                     help="role (default: the name)")
+    acc.add_argument("--role", choices=("analyst", "correction", "curator", "alerts"),
+                     help="role (default: the name); alerts: may only read the alert topics")
     add_common(acc)
     text = "create or reset device account d<ID> and print its password"
     dev = sub.add_parser("add-device", help=text, description=text,
-                         epilog=examples("dpsense broker add-device 7"))
+                         epilog=examples("dpsense broker add-device 7",
+                                         "dpsense broker add-device 8 --group hall-a"))
     dev.add_argument("device_id", type=device_id, metavar="ID", help="device id, 1..4294967295")
+    dev.add_argument("--group", help="the device's group: readings of one group share detection windows "
+                                     "(kept in the analyst's store; default: the group it has, else 'default')")
     add_common(dev)
     text = "list accounts and roles"
     ls = sub.add_parser("accounts", help=text, description=text, epilog=examples("dpsense broker accounts"))
@@ -51,7 +59,19 @@ def do_broker(args: argparse.Namespace) -> int:
     if args.action == "add-account":
         print(b.add_account(args.name, args.role))
     elif args.action == "add-device":
+        if args.group is not None:
+            from dpsense.cloud.devices import check_group
+            try:
+                check_group(args.group)
+            except ValueError as e:
+                raise UsageError("--group: %s" % e) from None
         name, pw = b.add_device(args.device_id)
+        if args.group is not None:
+            import time
+
+            from dpsense.cloud.storage import open_analyst_store
+            with open_analyst_store(st.analyst_db) as store:
+                store.set_device_group(args.device_id, args.group, time.time())
         print("%s %s" % (name, pw))
     elif args.action == "accounts":
         for name, role in sorted(b.accounts().items()):
@@ -72,9 +92,10 @@ def do_broker(args: argparse.Namespace) -> int:
 def parser_ingest(p: argparse.ArgumentParser) -> None:
     p.epilog = examples("dpsense ingest --role analyst",
                         "dpsense ingest --role correction --correction-db postgresql://cs@db.example/corrections")
-    p.add_argument("--role", choices=("analyst", "correction"), required=True,
-                   help="analyst: store reading records; correction: store correction records")
-    p.add_argument("--user", help="broker account (default: the role name)")
+    p.add_argument("--role", choices=("analyst", "correction", "status"), required=True,
+                   help="analyst: store reading records; correction: store correction records; status: store "
+                        "the boards' status messages in the analyst's store")
+    p.add_argument("--user", help="broker account (default: the role name; analyst for status)")
     p.add_argument("--batch-size", type=count(1), default=500, help="messages per commit (default 500)")
     p.add_argument("--idle-exit", type=seconds, help="stop after this many seconds without a message")
     add_common(p)
@@ -86,16 +107,21 @@ def do_ingest(args: argparse.Namespace) -> int:
     from dpsense.cloud.storage.repository import AnalystStore, CorrectionStore
     st = settings_from(args)
     stop = stop_on_sigterm()
-    conn = connection_for(st, args.user or args.role, "dpsense-ingest-" + args.role)
+    conn = connection_for(st, args.user or ("analyst" if args.role == "status" else args.role),
+                          "dpsense-ingest-" + args.role)
     store: AnalystStore | CorrectionStore
     if args.role == "analyst":
         store = open_analyst_store(st.analyst_db)
         svc = IngestService.for_analyst(conn, store, batch_size=args.batch_size)
+    elif args.role == "status":
+        from dpsense.cloud.devices import status_ingest
+        store = open_analyst_store(st.analyst_db)
+        svc = status_ingest(conn, store, batch_size=args.batch_size)
     else:
         store = open_correction_store(st.correction_db)
         svc = IngestService.for_correction(conn, store, batch_size=args.batch_size)
     print("ingest: %s records from %s:%d into %s" % (args.role, st.broker_host, st.broker_port,
-          st.analyst_db if args.role == "analyst" else st.correction_db), file=sys.stderr, flush=True)
+          st.correction_db if args.role == "correction" else st.analyst_db), file=sys.stderr, flush=True)
     try:
         svc.run(stop, idle_exit=args.idle_exit)
     except KeyboardInterrupt:
@@ -108,10 +134,15 @@ def do_ingest(args: argparse.Namespace) -> int:
 def parser_status(p: argparse.ArgumentParser) -> None:
     p.epilog = examples("dpsense status", "dpsense status --dead 20 --data-dir /var/lib/dpsense")
     p.add_argument("--dead", type=count(0), default=5, help="show this many recent dead letters (default 5)")
+    p.add_argument("--events", type=count(0), default=5,
+                   help="show this many recent analyst events: carried windows, held rounds (default 5)")
     add_common(p)
 
 
 def do_status(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from dpsense.cloud.results import iso_time
     from dpsense.cloud.storage import open_analyst_store, open_correction_store
     st = settings_from(args)
     with open_analyst_store(st.analyst_db) as a:
@@ -120,11 +151,24 @@ def do_status(args: argparse.Namespace) -> int:
               % (a.count(), a.dead_letter_count(), len(gaps), sum(g.missing for g in gaps)))
         for d in a.dead_letters(args.dead):
             print("  dead: %-28s %-50s %d bytes" % (d.topic, d.reason[:50], len(d.payload)))
-        results = a.window_results()
-        if results:
-            print("windows     %d processed" % len(results))
+        counts = a.window_counts()
+        if any(counts.values()):
+            print("windows     %d done, %d closed and awaiting their correction round, %d held after a "
+                  "failed round, %d carried (no inlier)" % (counts["done"], counts["closed"], counts["held"],
+                                                           counts["carried"]))
+        for w in a.windows(states=("held",), limit=3):
+            print("  held: window %d (group %s, %d readings, %d attempts): %s"
+                  % (w.id, w.group, w.n, w.attempts, w.last_error))
+        for e in a.events(args.events):
+            print("  %s %-9s %s" % (iso_time(e.at), e.kind, e.text))
+        tokens = a.token_array()
     with open_correction_store(st.correction_db) as c:
         print("correction  %d records, %d dead letters" % (c.count(), c.dead_letter_count()))
+        ctokens = c.token_array()
+    only_a = np.setdiff1d(tokens, ctokens).size
+    only_c = np.setdiff1d(ctokens, tokens).size
+    print("matching    %d readings without a correction record, %d correction records without a reading"
+          "%s" % (only_a, only_c, " (records in flight count until they arrive)" if only_a or only_c else ""))
     return 0
 
 
@@ -134,42 +178,76 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dbscan-eps", type=float, help="DBSCAN radius in data units (default: profile.json, else 12)")
     p.add_argument("--dbscan-min-samples", type=int, help="DBSCAN min_samples (default: profile.json, else 60)")
     p.add_argument("--quantum", type=float, help="units per quantum (default: profile.json, else 0.01)")
-    p.add_argument("--window", type=count(2), default=100_000, help="readings per detection window (default 100000)")
+    p.add_argument("--window", type=window_arg, default="100000",
+                   help="detection window per device group: a duration of arrival time (30s, 15m, 1h: "
+                        "tumbling windows on the clock) or a number of readings (default 100000)")
     p.add_argument("--detector", choices=("dbscan", "kr", "beta_r"), default="dbscan",
                    help="outlier notion per window: DBSCAN noise (default), (k, r) outliers with "
                         "k = min-samples and r = dbscan-eps, or (beta, r) anomalies with beta = min-samples")
+    p.add_argument("--min-window", type=count(2),
+                   help="smallest window scored; smaller ones are carried into the group's next window "
+                        "(default: twice the readings a detector neighbourhood needs, 2 x min-samples for dbscan)")
     p.add_argument("--flush-idle", type=seconds,
-                   help="also process a partial window once nothing arrived for this many seconds")
+                   help="count windows: also close a partial window once its group got nothing new for this "
+                        "many seconds (time windows close on the clock)")
     p.add_argument("--exit-when-done", action="store_true",
-                   help="exit once every stored reading is in a processed window (needs --flush-idle)")
-    p.add_argument("--no-ingest", action="store_true", help="only detect; another process runs `dpsense ingest`")
+                   help="count windows: exit once nothing more can close (needs --flush-idle)")
+    p.add_argument("--round-timeout", type=float, default=30.0,
+                   help="seconds to wait for each answer of the correction server before holding the "
+                        "window and retrying (default 30)")
+    p.add_argument("--max-hold", type=float, default=600.0,
+                   help="seconds after a window closed during which a round that lacks correction records is "
+                        "retried rather than completed without them (default 600)")
+    p.add_argument("--webhook", help="POST each window's new candidates as JSON to this http(s) URL")
+    p.add_argument("--no-ingest", action="store_true",
+                   help="only detect; other processes run `dpsense ingest --role analyst` and `--role status`")
     add_common(p)
+
+
+def window_arg(text: str) -> "WindowSpec":
+    from dpsense.cloud.windows import parse_window
+    try:
+        return parse_window(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def do_analyst(args: argparse.Namespace) -> int:
     from dpsense.cloud.analyst import Analyst, AnalystParams
     from dpsense.cloud.storage import open_analyst_store
     st = settings_from(args)
-    stop = stop_on_sigterm()
+    if args.flush_idle is not None and args.window.seconds is not None:
+        raise UsageError("--flush-idle applies to count windows; time windows close on the clock")
+    if args.exit_when_done and args.flush_idle is None:
+        raise UsageError("--exit-when-done needs --flush-idle (and count windows)")
     quantum = profile_default(args, st, "quantum", 0.01)
     params = AnalystParams(eps_q=profile_default(args, st, "dbscan_eps", 12.0) / quantum,
                            min_samples=int(profile_default(args, st, "dbscan_min_samples", 60)),
-                           window=args.window, detector=args.detector)
+                           window=args.window, detector=args.detector, min_window=args.min_window,
+                           round_timeout=args.round_timeout, max_hold=args.max_hold)
+    if args.webhook:
+        from dpsense.cloud.alerts import check_webhook
+        try:
+            check_webhook(args.webhook)
+        except ValueError as e:
+            raise UsageError("--webhook: %s" % e) from None
+    stop = stop_on_sigterm()
     opener = lambda: open_analyst_store(st.analyst_db)  # noqa: E731
     opener().close()            # create the database once, before two threads open it
-    analyst = Analyst(connection_for(st, "analyst", "dpsense-analyst"), opener, params)
-    ingest = None
+    analyst = Analyst(connection_for(st, "analyst", "dpsense-analyst"), opener, params, webhook=args.webhook)
+    ingests: list[IngestThread] = []
     if not args.no_ingest:
-        ingest = IngestThread(connection_for(st, "analyst", "dpsense-ingest-analyst"), opener, "analyst", stop)
+        ingests = [IngestThread(connection_for(st, "analyst", "dpsense-ingest-" + role), opener, role, stop)
+                   for role in ("analyst", "status")]
     try:
         analyst.run(stop, flush_when_idle=args.flush_idle, exit_when_done=args.exit_when_done)
     except KeyboardInterrupt:
         pass
     finally:
         stop.set()
-        if ingest is not None:
+        for ingest in ingests:
             ingest.join()
-    if ingest is not None:
+    for ingest in ingests:
         ingest.check()
     return 0
 
@@ -188,19 +266,21 @@ def parser_correction(p: argparse.ArgumentParser) -> None:
 def do_correction(args: argparse.Namespace) -> int:
     from dpsense.cloud.correction.rules import CorrectionParams
     from dpsense.cloud.correction.server import CorrectionServer
-    from dpsense.cloud.errors import UsageError
     from dpsense.cloud.profile import load_profile
     from dpsense.cloud.storage import open_correction_store
     st = settings_from(args)
     stop = stop_on_sigterm()
-    w_o = args.w_o
-    if w_o is None:
-        prof = load_profile(st.data_dir)
-        if prof is None:
-            raise UsageError("give --w-o (outlier-layer width in quanta) or run `dpsense simulate` "
-                             "first, which writes profile.json")
-        w_o = prof.w_o_q
-    params = CorrectionParams(w_o=float(w_o), split=args.split, bound=args.bound, guard=not args.no_guard)
+    def params(w_o: float | None = args.w_o) -> CorrectionParams | None:
+        # w_O may arrive after the server started: profile.json is read until it exists.
+        if w_o is None:
+            prof = load_profile(st.data_dir)
+            if prof is None:
+                return None
+            w_o = prof.w_o_q
+        return CorrectionParams(w_o=float(w_o), split=args.split, bound=args.bound, guard=not args.no_guard)
+    if params() is None:
+        print("correction server: w_O not known yet (no --w-o, no %s); storing correction records and "
+              "refusing rounds until it is" % (st.data_dir / "profile.json"), file=sys.stderr, flush=True)
     opener = lambda: open_correction_store(st.correction_db)  # noqa: E731
     opener().close()            # create the database once, before two threads open it
     server = CorrectionServer(connection_for(st, "correction", "dpsense-correction"), params, opener)
@@ -262,10 +342,24 @@ def parser_simulate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epsilon", default="0.5", help="epsilon per column (default 0.5)")
     p.add_argument("--quantum", type=float, default=0.01, help="units per quantum (default 0.01)")
     p.add_argument("--seed", type=int, default=1, help="data and noise seed; 0 = OS randomness")
+    p.add_argument("--rate", type=float,
+                   help="a steady fleet: publish this many readings per second across the devices (paper-1 "
+                        "data drawn afresh, or the --csv rows over and over; --n is then the calibration set)")
+    p.add_argument("--duration", type=float, help="with --rate: stop after this many seconds (default: until "
+                                                  "Ctrl-C or SIGTERM)")
     add_common(p)
 
 
 def do_simulate(args: argparse.Namespace) -> int:
-    from dpsense.cloud.commands.simulate import run_simulation
-    run_simulation(settings_from(args), args)
+    from dpsense.cloud.commands.simulate import run_simulation, run_steady
+    if args.duration is not None and args.rate is None:
+        raise UsageError("--duration needs --rate")
+    if args.rate is not None and not args.rate > 0:
+        raise UsageError("--rate must be > 0 readings per second")
+    if args.duration is not None and not args.duration > 0:
+        raise UsageError("--duration must be > 0 seconds")
+    if args.rate is not None:
+        run_steady(settings_from(args), args, stop_on_sigterm())
+    else:
+        run_simulation(settings_from(args), args)
     return 0

@@ -1,7 +1,8 @@
 """Messages of one correction round between the analyst A and the correction server CS.
 
 JSON objects on ``dpsense/round/to-cs`` and ``dpsense/round/to-analyst``; every message
-carries the round id (the detection window) and its step:
+carries the round id and its step. The round id counts the analyst's attempts (a held window's
+retry is a new round); it names no window, device group or device:
 
     A -> CS  presumed   tokens of the window (order = row positions), O' as positions
     CS -> A  split      d_TP and w_O                         (SPEC 1.5 line 3)

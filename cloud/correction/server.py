@@ -4,6 +4,12 @@ It holds (token, d_diff) pairs in its own store and answers the analyst's round
 messages. A window row whose correction record has not arrived is left out of every
 decision: a presumed outlier without d_diff stays a true positive (the paper never drops
 a true positive without evidence) and such a row is never proposed as a false negative.
+
+The server may start before w_O is known (no profile yet): it stores correction records
+from the start and answers a round with an error until its parameters resolve, so the
+analyst holds the window and retries. Its round subscription is a clean session: a round
+sent while the server was down is not queued for it (the analyst retries it under a new
+round id), so a restarted server never works through a backlog of abandoned rounds.
 """
 from __future__ import annotations
 
@@ -111,18 +117,23 @@ class CorrectionRounds:
 
 
 class CorrectionServer:
-    """MQTT loop around ``CorrectionRounds``; its store is opened in the thread that uses it."""
+    """MQTT loop around ``CorrectionRounds``; its store is opened in the thread that uses it.
 
-    def __init__(self, conn: Connection, params: CorrectionParams,
+    ``params`` is fixed, or a function that returns them once they are known (None until then).
+    """
+
+    def __init__(self, conn: Connection, params: CorrectionParams | Callable[[], CorrectionParams | None],
                  open_store: Callable[[], Any], log: Callable[[str], None] | None = None) -> None:
         self.conn = conn
-        self.params = params
+        self._resolve = params if callable(params) else (lambda: params)
+        self.params: CorrectionParams | None = None
         self.open_store = open_store
         self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
         self._q: queue.Queue[bytes] = queue.Queue()
         self.session = Session(conn, "correction server", self.log)
-        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=False,
+        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=True,
                         protocol=mqtt.MQTTv311)
+        c.reconnect_delay_set(1, 5)
         c.username_pw_set(conn.username, conn.password)
         c.on_connect = self._on_connect
         c.on_disconnect = lambda cl, u, flags, reason, props: self.session.lost(reason)
@@ -137,7 +148,7 @@ class CorrectionServer:
     def run(self, stop: threading.Event) -> None:
         self.session.start(self._client)
         store = self.open_store()
-        rounds = CorrectionRounds(self.params, store.lookup)
+        rounds: CorrectionRounds | None = None
         try:
             while not stop.is_set():
                 try:
@@ -149,6 +160,16 @@ class CorrectionServer:
                 except msg.RoundError as e:
                     self.log("correction server: ignored round message: %s" % e)
                     continue
+                if rounds is None:
+                    self.params = self._resolve()
+                    if self.params is None:
+                        self.log("correction server: round %d refused: w_O is not known yet" % body["round"])
+                        self._client.publish(topics.ROUND_TO_ANALYST, msg.encode(
+                            "error", body["round"], reason="w_O (the outlier-layer width) is not known yet; "
+                            "give the correction server --w-o or a profile"), qos=1)
+                        continue
+                    self.log("correction server: w_O = %g quanta; answering rounds" % self.params.w_o)
+                    rounds = CorrectionRounds(self.params, store.lookup)
                 reply = rounds.handle(body)
                 if reply is not None:
                     self._client.publish(topics.ROUND_TO_ANALYST, reply, qos=1)

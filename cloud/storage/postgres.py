@@ -12,7 +12,8 @@ and ``readings_after`` never skips a row committed late by a concurrent writer.
 A store object owns one connection; use it from one thread at a time (give each thread or
 process its own store object). The schema is created in the connection's current schema when
 the ``dpsense_schema`` table is missing; that table records which kind of store the database
-holds and the schema version, and a mismatch is an error.
+holds and the schema version, and a mismatch is an error; a schema-1 database is upgraded when
+opened.
 """
 from __future__ import annotations
 
@@ -42,8 +43,9 @@ from .repository import (
     unpack_values,
     values_matrix,
 )
+from .stream import POSTGRES_V2
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA_LOCK = 0x6470_7365_0000_0001    # advisory lock keys: "dpse" + a number
 _WRITE_LOCK = 0x6470_7365_0000_0002
 
@@ -73,7 +75,7 @@ _ANALYST_SQL = (
     )""",
     "CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)",
     "CREATE TABLE results (window_id bigint PRIMARY KEY, payload jsonb NOT NULL)",
-) + _DEAD_LETTERS_SQL
+) + _DEAD_LETTERS_SQL + POSTGRES_V2
 
 _CORRECTION_SQL = (
     """CREATE TABLE corrections (
@@ -156,6 +158,10 @@ class _PostgresDatabase:
                 return
             cur.execute("SELECT kind, version FROM dpsense_schema")
             rows = cur.fetchall()
+            if rows == [(self._kind, 1)]:
+                self._upgrade_from_1(cur)
+                cur.execute("UPDATE dpsense_schema SET version = %s", (SCHEMA_VERSION,))
+                rows = [(self._kind, SCHEMA_VERSION)]
         if len(rows) != 1:
             raise StorageError("%s: dpsense_schema must hold one row, found %d" % (self.where, len(rows)))
         kind, version = rows[0]
@@ -182,6 +188,9 @@ class _PostgresDatabase:
         conn = self._live()
         with self._translate(action), conn.transaction(), conn.cursor() as cur:
             yield cur
+
+    def _upgrade_from_1(self, cur: psycopg.Cursor[Any]) -> None:
+        """Schema 1 -> 2; the correction store's tables did not change."""
 
     def _rows(self, action: str, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         conn = self._live()
@@ -220,6 +229,13 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
     _kind = "analyst"
     _schema = _ANALYST_SQL
     _staging = _READING_STAGING
+    _PARAM = "%s"
+    _JSON_PARAM = "?::jsonb"
+
+    def _upgrade_from_1(self, cur: psycopg.Cursor[Any]) -> None:
+        for statement in POSTGRES_V2:
+            cur.execute(statement)
+        self._migrate_results(cur)
 
     def add_batch(self, readings: list[Reading], dead: list[DeadLetter]) -> int:
         rows = [(i, r.device_id, r.boot_id, r.seq, bytes(r.token), r.config_id, stored_values(r), r.topic,
@@ -244,6 +260,7 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
                             " ORDER BY b.ord", prepare=False)
                 conflicts = [reading_conflict(readings[ord_]) for (ord_,) in cur.fetchall()]
             self._insert_dead(cur, list(dead) + conflicts)
+            self._count_batch(cur, len(readings) + len(dead), added, len(readings))
         return added
 
     def count(self) -> int:
@@ -300,6 +317,7 @@ class PostgresCorrectionStore(_PostgresDatabase, CorrectionStore):
     _kind = "correction"
     _schema = _CORRECTION_SQL
     _staging = _CORRECTION_STAGING
+    _PARAM = "%s"
 
     def add_batch(self, corrections: list[Correction], dead: list[DeadLetter]) -> int:
         rows = [(i, bytes(c.token), c.d_diff, c.received_at) for i, c in enumerate(corrections)]

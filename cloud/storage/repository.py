@@ -22,6 +22,9 @@ Rules shared by every backend:
 * Errors of the database become ``StorageError`` (``StorageUnavailable`` when the database is
   busy, locked or out of reach, so that a retry may succeed); invalid arguments raise
   ``ValueError``.
+
+The analyst store also holds the detection windows, per-row verdicts, device groups, board
+status messages, events and counters (``stream.StreamTables``: the same SQL on both backends).
 """
 from __future__ import annotations
 
@@ -37,6 +40,8 @@ import numpy.typing as npt
 
 from dpsense.cloud.errors import StorageError, StorageUnavailable
 from dpsense.protocol import wire
+
+from .stream import StreamTables, TokenListing
 
 CONFLICTING_DUPLICATE = "conflicting duplicate"
 
@@ -112,7 +117,7 @@ class Window(NamedTuple):
     values: npt.NDArray[np.int64]    # shape (n, m): one row per reading, one column per value
 
 
-class AnalystStore(ABC):
+class AnalystStore(StreamTables, ABC):
     """Perturbed readings, dead letters, detection progress (``meta``) and detection results."""
 
     @abstractmethod
@@ -179,8 +184,10 @@ class AnalystStore(ABC):
         self.close()
 
 
-class CorrectionStore(ABC):
+class CorrectionStore(TokenListing, ABC):
     """Record tokens and distance differences, plus dead letters; no device identity at all."""
+
+    _token_table = "corrections"
 
     @abstractmethod
     def add_batch(self, corrections: list[Correction], dead: list[DeadLetter]) -> int:

@@ -11,7 +11,7 @@ the same file: in WAL mode readers never block the one writer, and a writer wait
 
 The schema is created when the file is new. ``PRAGMA application_id`` says which kind of store
 a file holds and ``PRAGMA user_version`` its schema version; opening a file of the other kind,
-of a newer version or not made by dpsense is an error.
+of a newer version or not made by dpsense is an error; a schema-1 file is upgraded when opened.
 """
 from __future__ import annotations
 
@@ -40,8 +40,9 @@ from .repository import (
     unpack_values,
     values_matrix,
 )
+from .stream import SQLITE_V2
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 10_000
 _APPLICATION_IDS = {"analyst": 0x64707341, "correction": 0x64707343}    # "dpsA", "dpsC"
 # Another connection held the lock for longer than BUSY_TIMEOUT_MS: a later retry may succeed.
@@ -81,7 +82,7 @@ _ANALYST_SQL = (
     )""",
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE results (window_id INTEGER PRIMARY KEY, payload TEXT NOT NULL)",
-) + _DEAD_LETTERS_SQL
+) + _DEAD_LETTERS_SQL + SQLITE_V2
 
 _CORRECTION_SQL = (
     """CREATE TABLE corrections (
@@ -156,6 +157,12 @@ class _SqliteDatabase:
             kinds = {v: k for k, v in _APPLICATION_IDS.items()}
             what = "a dpsense %s store" % kinds[found_id] if found_id in kinds else "not a dpsense store"
             raise StorageError("%s is %s, not a %s store" % (self.path, what, self._kind))
+        if version == 1:
+            with self._write("upgrade the schema to version %d" % SCHEMA_VERSION) as cur:
+                if self._header()[1] == 1:
+                    self._upgrade_from_1(cur)
+                    cur.execute("PRAGMA user_version = %d" % SCHEMA_VERSION)
+            version = self._header()[1]
         if version != SCHEMA_VERSION:
             raise StorageError("%s has schema version %d; this dpsense reads version %d"
                                % (self.path, version, SCHEMA_VERSION))
@@ -189,6 +196,13 @@ class _SqliteDatabase:
                 if self._conn.in_transaction:
                     self._conn.rollback()
                 raise
+
+    def _upgrade_from_1(self, cur: sqlite3.Cursor) -> None:
+        """Schema 1 -> 2; the correction store's tables did not change."""
+
+    def _rows(self, action: str, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._translate(action):
+            return self._conn.execute(query, params).fetchall()
 
     def _scalar(self, sql: str, action: str) -> int:
         with self._translate(action):
@@ -235,7 +249,13 @@ class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
                 added = cur.rowcount
             conflicts = self._conflicts(cur, readings, rows) if added < len(rows) else []
             self._insert_dead(cur, list(dead) + conflicts)
+            self._count_batch(cur, len(readings) + len(dead), added, len(readings))
         return added
+
+    def _upgrade_from_1(self, cur: sqlite3.Cursor) -> None:
+        for statement in SQLITE_V2:
+            cur.execute(statement)
+        self._migrate_results(cur)
 
     @staticmethod
     def _conflicts(cur: sqlite3.Cursor, readings: list[Reading], rows: list[tuple[Any, ...]]) -> list[DeadLetter]:

@@ -29,6 +29,7 @@ from dpsense.cloud.storage import (
     open_correction_store,
     open_store,
 )
+from dpsense.cloud.storage.sqlite import SCHEMA_VERSION
 from dpsense.protocol import wire
 
 _DATABASE_NUMBERS = itertools.count()
@@ -344,7 +345,7 @@ def test_sqlite_file_settings(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     finally:
         conn.close()

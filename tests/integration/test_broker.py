@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     b = Broker(tmp_path_factory.mktemp("broker"), port=free_port())
-    for role in ("analyst", "correction", "curator"):
+    for role in ("analyst", "correction", "curator", "alerts"):
         b.add_account(role)
     b.add_device(7)
     b.add_device(8)
@@ -106,6 +106,47 @@ def test_analyst_cannot_read_corrections_and_correction_server_cannot_read_readi
     assert cs.got == [(topics.CORRECTIONS, b"corr")]
     assert analyst.got == []
     for p in (analyst, cs, d7):
+        p.close()
+
+
+def test_alerts_account_reads_alerts_and_nothing_else(broker):
+    """The operator's read-only account gets the analyst's alerts and no other topic; devices
+    never see alerts; nobody but the analyst can put an alert there."""
+    watcher = Peer(broker, "alerts")
+    for topic in (topics.ALERTS_ALL, topics.READINGS_ALL, topics.CORRECTIONS, topics.STATUS_ALL,
+                  topics.ROUND_TO_CS, topics.ROUND_TO_ANALYST, "#"):
+        watcher.subscribe(topic)
+    d8 = Peer(broker, "d8")
+    d8.subscribe(topics.ALERTS_ALL)
+    cs = Peer(broker, "correction")
+    cs.subscribe(topics.CORRECTIONS)
+    analyst = Peer(broker, "analyst")
+    analyst.subscribe(topics.READINGS_ALL)
+    analyst.subscribe(topics.STATUS_ALL)
+    d7 = Peer(broker, "d7")
+    d7.c.publish(topics.READINGS % "d7", b"reading", qos=1).wait_for_publish(5)
+    d7.c.publish(topics.STATUS % "d7", b"{}", qos=1).wait_for_publish(5)
+    d7.c.publish(topics.CORRECTIONS, b"corr", qos=1).wait_for_publish(5)
+    for step in ("presumed", "split"):
+        (analyst if step == "presumed" else cs).c.publish(
+            topics.ROUND_TO_CS if step == "presumed" else topics.ROUND_TO_ANALYST, step.encode(), qos=1)
+    for topic in (topics.ALERTS % "hall-a", topics.CORRECTIONS, topics.READINGS % "alerts", topics.STATUS % "alerts"):
+        spoof = Peer(broker, "alerts", client_id="t-alerts-spoof")
+        try:
+            spoof.c.publish(topic, b"spoofed", qos=1).wait_for_publish(2)
+        except (RuntimeError, ValueError):
+            pass        # Mosquitto may drop a client that publishes where it may not
+        spoof.close()
+    d7.c.publish(topics.ALERTS % "hall-a", b"device alert", qos=1)
+    analyst.c.publish(topics.ALERTS % "hall-a", b"alert", qos=1).wait_for_publish(5)
+    assert _wait_for(lambda: len(watcher.got) >= 1)
+    assert _wait_for(lambda: len(cs.got) >= 1)
+    time.sleep(0.5)
+    assert watcher.got == [("dpsense/alerts/hall-a", b"alert")]
+    assert d8.got == []
+    assert cs.got == [(topics.CORRECTIONS, b"corr")]
+    assert sorted(analyst.got) == [("dpsense/readings/d7", b"reading"), ("dpsense/status/d7", b"{}")]
+    for p in (watcher, d8, cs, analyst, d7):
         p.close()
 
 
