@@ -78,7 +78,7 @@ class Analyst:
         self.session = Session(conn, "analyst", self.log)
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=False,
                         protocol=mqtt.MQTTv311)
-        c.username_pw_set(conn.username, conn.password)
+        conn.apply(c)
         c.on_connect = self._on_connect
         c.on_disconnect = lambda cl, u, flags, reason, props: self.session.lost(reason)
         c.on_message = self._on_message
