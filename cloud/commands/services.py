@@ -24,7 +24,7 @@ from dpsense.cloud.commands.common import (
 def parser_broker(p: argparse.ArgumentParser) -> None:
     p.epilog = examples("dpsense broker run", "dpsense broker add-account analyst --password-file analyst.pw",
                         "dpsense broker add-device 7",
-                        "dpsense broker make-ca && dpsense broker make-cert --host broker.lan",
+                        "dpsense broker make-ca", "dpsense broker make-cert --host broker.lan",
                         "dpsense broker run --tls --broker-host 0.0.0.0 --broker-port 8883")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     text = ("write the configuration and run Mosquitto until interrupted; exits non-zero, "
