@@ -44,7 +44,7 @@ def parser_broker(p: argparse.ArgumentParser) -> None:
     acc = sub.add_parser("add-account", help=text, description=text + (
                          ". The analyst and correction roles also get NAME-ingest, the account of "
                          "their ingest connection, with the same password."),
-                         epilog=examples("dpsense broker add-account analyst --password-file /etc/dpsense/analyst.pw",
+                         epilog=examples("dpsense broker add-account analyst --password-file analyst.pw",
                                          "dpsense broker add-account dashboard --role curator"))
     acc.add_argument("name", help="account name, e.g. analyst")
     acc.add_argument("--role", choices=("analyst", "correction", "curator"),
