@@ -167,7 +167,7 @@ class Analyst:
         # starts every round afresh (with a new round id) after a restart.
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=True,
                         protocol=mqtt.MQTTv311)
-        c.username_pw_set(conn.username, conn.password)
+        conn.apply(c)
         c.reconnect_delay_set(1, 5)
         c.on_connect = self._on_connect
         c.on_disconnect = lambda cl, u, flags, reason, props: self.session.lost(reason)

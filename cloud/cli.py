@@ -5,7 +5,7 @@ a bad value (``ValueError``) or an OS error (a missing file, a refused connectio
 the command with one line, ``dpsense <command>: <reason>``, on stderr and exit status 2
 (argparse's own errors exit 2 too); Ctrl-C exits 130. A reader that closes the output
 early (``dpsense status | head -1``) ends the command quietly, with status 0. Anything
-else is a bug and keeps its traceback.
+else is a bug and keeps its traceback. Every command runs with umask 077.
 """
 from __future__ import annotations
 
@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         p.print_help()
         return 2
     where = "dpsense %s" % args.command
+    # Whatever the caller's umask: what dpsense and its children (Mosquitto, SQLite) create
+    # is private to this user (cloud/files.py sets the modes explicitly as well).
+    os.umask(0o077)
     try:
         rc = COMMANDS[args.command][0](args)
         sys.stdout.flush()          # a closed pipe shows here, not at interpreter exit

@@ -16,6 +16,8 @@ class Settings:
     broker_port: int = 1883
     analyst_db: str = ""
     correction_db: str = ""
+    # CA certificate (PEM) the broker's TLS certificate is checked against; "" = plain MQTT.
+    tls_ca: str = ""
 
     def __post_init__(self) -> None:
         if not 0 < self.broker_port < 65536:
@@ -33,7 +35,8 @@ class Settings:
         env = os.environ
         values: dict[str, Any] = {}
         for name, conv in (("data_dir", Path), ("broker_host", str), ("broker_port", int),
-                           ("analyst_db", str), ("correction_db", str)):
+                           ("analyst_db", str), ("correction_db", str),
+                           ("tls_ca", str)):
             var = "DPSENSE_" + name.upper()
             if explicit.get(name) is not None:
                 values[name] = conv(explicit[name])

@@ -4,7 +4,9 @@ Starts Mosquitto, the correction server and the analyst as separate processes wi
 their own accounts and databases, publishes a simulated fleet (the paper-1 synthetic
 data, perturbed record by record by ``shared_protocol``), lets the analyst detect and
 run the correction round, then compares the candidates with the ground truth, prints a
-table and writes an HTML report. Everything it started is stopped at the end.
+table and writes an HTML report. Everything it started is stopped at the end. Its data
+directory is 0700 and every file in it 0600 (cloud/files.py); each service gets its
+broker password in its own environment, and no password is written anywhere.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from dpsense.cloud.broker import Broker, free_port
 from dpsense.cloud.config import Settings
 from dpsense.cloud.datasets import paper1_synthetic
 from dpsense.cloud.errors import DpsenseError
+from dpsense.cloud.files import private_dir, write_private
 from dpsense.cloud.report import evaluate, scatter_png, sweep_png, write_html
 from dpsense.cloud.profile import calibrate, save_profile
 from dpsense.cloud.simulate import FleetPublisher, encode_fleet, save_ground_truth
@@ -65,9 +68,11 @@ def _say(msg: str) -> None:
     print("demo: " + msg, file=sys.stderr, flush=True)
 
 
-def _service(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    with open(log, "wb") as f:
+def _service(args: list[str], log: Path, password: str) -> subprocess.Popen[bytes]:
+    """A service process; its broker password travels in its environment only."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               DPSENSE_BROKER_PASSWORD=password)
+    with open(write_private(log, b""), "wb") as f:
         return subprocess.Popen([sys.executable, "-m", "dpsense.cloud.cli", *args], env=env,
                                 stdout=f, stderr=subprocess.STDOUT)
 
@@ -99,7 +104,8 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
     logs = opts.out / "logs"
     if data_dir.exists():
         shutil.rmtree(data_dir)
-    logs.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
+    private_dir(logs)
     settings = Settings(data_dir=data_dir, broker_port=free_port())
     common = ["--data-dir", str(data_dir), "--broker-port", str(settings.broker_port)]
 
@@ -111,19 +117,19 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
     save_profile(data_dir, profile)
 
     broker = Broker(data_dir, port=settings.broker_port)
-    broker.add_account("analyst")
-    broker.add_account("correction")
-    for d in range(1, opts.devices + 1):
-        broker.add_device(d)
+    # Passwords live in this process and the environment of the service they belong to.
+    analyst_pw = broker.add_account("analyst")
+    correction_pw = broker.add_account("correction")
+    device_pws = broker.add_devices(list(range(1, opts.devices + 1)))
     cs = analyst = None
     timings: dict[str, float] = {}
     try:
         broker.start()
         _say("broker on 127.0.0.1:%d; starting the correction server and the analyst (logs in %s)"
              % (settings.broker_port, logs))
-        cs = _service(["correction-server", *common], logs / "correction-server.log")
+        cs = _service(["correction-server", *common], logs / "correction-server.log", correction_pw)
         analyst = _service(["analyst", *common, "--window", str(opts.n), "--flush-idle", "3",
-                            "--exit-when-done"], logs / "analyst.log")
+                            "--exit-when-done"], logs / "analyst.log", analyst_pw)
         _wait_sessions([(logs / "analyst.log", topics.READINGS_ALL),
                         (logs / "correction-server.log", topics.CORRECTIONS)])
 
@@ -132,7 +138,7 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
         enc = encode_fleet(data.x, profile, opts.devices, opts.seed, progress=_progress("perturbed"))
         timings["perturb"] = time.perf_counter() - t0
         save_ground_truth(data_dir / "groundtruth.npz", enc, data.outlier, profile)
-        pub = FleetPublisher(settings, broker, opts.devices)
+        pub = FleetPublisher(settings, device_pws, opts.devices)
         pub.connect()
         try:
             _say("publishing %d messages with QoS 1" % (2 * opts.n))

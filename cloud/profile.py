@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpsense.cloud.files import private_dir, write_private
 from dpsense.protocol.fixedpoint import Affine, parse_decimal
 from dpsense.protocol.mechanism import Column, RecordMechanism
 
@@ -68,11 +69,11 @@ def calibrate(reference: np.ndarray, epsilon: str, quantum: float, dbscan_eps: f
 
 
 def save_profile(data_dir: Path | str, profile: DeviceProfile) -> Path:
-    """Write ``profile`` to ``<data_dir>/profile.json`` (the folder is created); return the path."""
+    """Write ``profile`` to ``<data_dir>/profile.json`` (the folder is created 0700, the file
+    0600: cloud/files.py); return the path."""
     p = Path(data_dir) / PROFILE_FILE
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(profile.to_json())
-    return p
+    private_dir(p.parent)
+    return write_private(p, profile.to_json())
 
 
 def load_profile(data_dir: Path | str) -> DeviceProfile | None:

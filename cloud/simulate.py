@@ -27,7 +27,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from dpsense.cloud import topics
-from dpsense.cloud.broker import Broker
+from dpsense.cloud.files import write_private
 from dpsense.cloud.config import Settings
 from dpsense.cloud.profile import DeviceProfile
 from dpsense.protocol import wire
@@ -114,18 +114,25 @@ def encode_fleet(x: np.ndarray, profile: DeviceProfile, devices: int, seed: int 
 
 
 class FleetPublisher:
-    """One MQTT connection per virtual device; QoS 1; waits for every PUBACK."""
+    """One MQTT connection per virtual device (over TLS when the settings name a CA); QoS 1;
+    waits for every PUBACK. ``passwords``: account -> password, as the broker gave them when
+    it made the accounts (it keeps no copy)."""
 
-    def __init__(self, settings: Settings, broker: Broker, devices: int) -> None:
+    def __init__(self, settings: Settings, passwords: dict[str, str], devices: int) -> None:
         self.settings = settings
         self.clients: list[mqtt.Client] = []
         self._acked = 0
         self._lock = threading.Lock()
         for d in range(1, devices + 1):
             name = topics.device_username(d)
-            c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="sim-" + name,
+            if name not in passwords:
+                raise ValueError("no password for simulated device %s" % name)
+            # The broker makes the account name the client id (cloud/broker.py).
+            c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=name,
                             clean_session=True, protocol=mqtt.MQTTv311)
-            c.username_pw_set(name, broker.password(name))
+            c.username_pw_set(name, passwords[name])
+            if settings.tls_ca:
+                c.tls_set(ca_certs=settings.tls_ca)
             c.max_inflight_messages_set(1000)
             c.max_queued_messages_set(0)
             c.on_publish = self._on_publish
@@ -181,9 +188,11 @@ class FleetPublisher:
 
 
 def save_ground_truth(path: Path, enc: Encoded, outlier: np.ndarray, profile: DeviceProfile) -> None:
-    np.savez_compressed(path, device_id=enc.device_ids, seq=enc.seqs, raw_q=enc.raw_q,
-                        released_q=enc.released_q, outlier=outlier,
-                        profile=np.array(profile.to_json()))
+    """The raw values, for evaluation only: a file only its owner may read (0600 from the start)."""
+    with open(write_private(path, b""), "r+b") as f:
+        np.savez_compressed(f, device_id=enc.device_ids, seq=enc.seqs, raw_q=enc.raw_q,
+                            released_q=enc.released_q, outlier=outlier,
+                            profile=np.array(profile.to_json()))
 
 
 def stderr_progress(label: str) -> Callable[[int, int], None]:

@@ -10,6 +10,8 @@ import re
 
 from dpsense.protocol.layout import DEVICE_ID_MAX
 from dpsense.protocol.topics import (
+    ACK,
+    ACK_ALL,
     ALERTS,
     ALERTS_ALL,
     CORRECTIONS,
@@ -23,7 +25,7 @@ from dpsense.protocol.topics import (
 )
 
 __all__ = [
-    "CORRECTIONS", "DEVICE_USER", "READINGS", "READINGS_ALL", "ROUND_TO_ANALYST", "ROUND_TO_CS",
+    "ACK", "ACK_ALL", "CORRECTIONS", "DEVICE_USER", "READINGS", "READINGS_ALL", "ROUND_TO_ANALYST", "ROUND_TO_CS",
     "STATUS", "STATUS_ALL", "device_id_of", "device_of_reading_topic", "device_username",
 ]
 

@@ -88,6 +88,7 @@ class App:
         self.ring = None
         self.uplink = None
         self.link = None
+        self.tls = None                 # MQTT boards: "off", "verified" or "insecure"
         if profile["transport"] == "mqtt":
             send = self._mqtt(len(cols))
         else:
@@ -110,8 +111,10 @@ class App:
         port = cfg["broker_port"]
         tls = cfg["broker_tls"]
         ca = cfg["broker_ca"]
+        insecure = cfg["broker_tls_insecure"]
+        self.tls = "insecure" if insecure else ("verified" if tls else "off")
         user = cfg["broker_user"]
-        self.uplink = Uplink(client, self.ring, lambda: open_socket(host, port, tls, ca),
+        self.uplink = Uplink(client, self.ring, lambda: open_socket(host, port, tls, ca, 5, insecure),
                              (topics.READINGS % user).encode(),
                              (topics.STATUS % user).encode(), self.clock, self.rng,
                              cfg["max_inflight"], cfg["ack_timeout_ms"], 250,
@@ -143,13 +146,13 @@ class App:
         text = ('{"event":"%s","device":%d,"boot":%d,"board":"%s","entropy":"%s",'
                 '"eps_record":"%s","eps_record_worst":"%s","window":%d,"spent":"%s",'
                 '"cap":"%s","withheld":%d,"released":%d,"dropped":%d,"pending":%d,%s'
-                '"sensor":"%s"}'
+                '"sensor":"%s"%s}'
                 % (event, self.cfg["device_id"], self.boot_id, self.profile["name"],
                    self.entropy, frac_text(row[0], row[1]), frac_text(worst[0], worst[1]),
                    led.window, led.spent_text(), led.cap_text(), led.withheld, self.released,
                    ring.dropped if ring else 0, ring.pending if ring else 0,
                    '"version":"%s",' % __version__ if event == "boot" else "",
-                   self.sensor.kind))
+                   self.sensor.kind, ',"tls":"%s"' % self.tls if self.tls else ""))
         if self.uplink is not None:
             self.uplink.status(text.encode())
         else:
@@ -158,11 +161,13 @@ class App:
     def boot(self):
         ring = self.ring
         # sensor= last: rigs match the fields before it; a reader sees injected readings.
+        # tls= (MQTT boards only) before version=: "insecure" must be seen, not scrolled past.
         self.log("boot ok: board=%s device=%d boot=%d entropy=%s eps_record=%s pending=%d dropped=%d"
-                 " version=%s sensor=%s"
+                 "%s version=%s sensor=%s"
                  % (self.profile["name"], self.cfg["device_id"], self.boot_id, self.entropy,
                     frac_text(*self.mech.epsilon_row()), ring.pending if ring else 0,
-                    ring.dropped if ring else 0, __version__, self.sensor.kind))
+                    ring.dropped if ring else 0, " tls=%s" % self.tls if self.tls else "",
+                    __version__, self.sensor.kind))
         if ring is not None and ring.lost_on_open:
             self.log("ring: layout changed; %d unsent records of the old layout dropped"
                      % ring.lost_on_open)

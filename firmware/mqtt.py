@@ -86,8 +86,11 @@ def publish_header(topic, pid, payload_len, dup=False):
     return bytes([first]) + varint(len(t) + 2 + payload_len) + t + struct.pack("!H", pid)
 
 
-def open_socket(host, port, tls=False, ca=None, timeout_s=5):
-    """A connected TCP socket, wrapped in TLS when asked (``ca``: CA certificate file, DER)."""
+def open_socket(host, port, tls=False, ca=None, timeout_s=5, insecure=False):
+    """A connected TCP socket, wrapped in TLS when asked (``ca``: CA certificate file, DER).
+    TLS without ``ca`` is refused unless ``insecure`` (tests only: the broker is not checked)."""
+    if tls and ca is None and not insecure:
+        raise MQTTError("TLS: no CA certificate to check the broker with (broker_ca)")
     import socket
     addr = socket.getaddrinfo(host, port)[0][-1]
     s = socket.socket()
@@ -112,7 +115,7 @@ def _wrap_tls(sock, host, ca):
     except ImportError:
         import ussl as ssl   # type: ignore[no-redef]  # MicroPython before 1.20
     if ca is None:
-        # Encrypted but the broker is not authenticated; provisioning should set broker_ca.
+        # broker_tls_insecure: encrypted, but anyone can be the broker. Tests only.
         return ssl.wrap_socket(sock, server_hostname=host)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     # The ports' stubs leave verify_mode out of tls.SSLContext; MicroPython's ssl docs have it.

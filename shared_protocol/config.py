@@ -19,7 +19,10 @@ Keys, with defaults where a key is optional:
 * boards with MQTT: ``broker_host``, ``broker_password``, ``broker_port`` (1883, or
   8883 with TLS), ``broker_user`` (``d<device_id>``), ``broker_tls`` (false),
   ``broker_ca`` (CA certificate, DER, to verify the broker with: MicroPython's
-  mbedTLS rejects PEM), ``client_id``, ``keepalive``
+  mbedTLS rejects PEM; required with ``broker_tls``), ``broker_tls_insecure`` (false:
+  true lets ``broker_tls`` go without ``broker_ca``, an unauthenticated broker, for tests
+  only; the boot line and status say ``tls=insecure``), ``client_id`` (the broker
+  replaces it by ``broker_user``), ``keepalive``
   (60 s), ``max_inflight`` (8 records), ``ack_timeout_ms`` (10000),
   ``backoff_max_ms`` (30000)
 * serial boards: ``broker_host``, ``broker_port``, ``broker_user`` of their gateway are
@@ -48,7 +51,7 @@ _U32 = 0xFFFFFFFF
 _COLUMN_KEYS = ("num", "den", "offset", "raw_min", "raw_max", "delta_q")
 KEYS = ("board", "device_id", "config_id", "columns", "epsilon", "centre", "window_records",
          "window_seconds", "window_cap", "broker_host", "broker_port", "broker_user",
-         "broker_password", "broker_tls", "broker_ca", "client_id", "keepalive",
+         "broker_password", "broker_tls", "broker_ca", "broker_tls_insecure", "client_id", "keepalive",
          "max_inflight", "ack_timeout_ms", "backoff_max_ms", "ring_path", "ring_records",
          "ring_bytes", "wifi_ssid", "wifi_password", "ledger_path", "period_ms", "stimulus")
 _BIG = 1 << 62
@@ -171,6 +174,16 @@ def validate(raw, profile):
         c["broker_user"] = _str(raw, "broker_user", DEVICE_USER % dev)
         c["broker_password"] = _str(raw, "broker_password")
         c["broker_ca"] = _str(raw, "broker_ca") if "broker_ca" in raw else None
+        # TLS without a CA authenticates nobody: whoever answers gets the password. Only an
+        # explicitly named switch allows it, and the board says so at boot and in its status.
+        insecure = c["broker_tls_insecure"] = raw.get("broker_tls_insecure", False)
+        if not isinstance(insecure, bool):
+            raise ConfigError("broker_tls_insecure: must be true or false")
+        if insecure and (not tls or c["broker_ca"] is not None):
+            raise ConfigError("broker_tls_insecure: only with broker_tls and without broker_ca")
+        if tls and c["broker_ca"] is None and not insecure:
+            raise ConfigError("broker_ca: required with broker_tls (the broker's CA certificate, "
+                              "DER); broker_tls_insecure: true skips the check, for tests only")
         c["client_id"] = _str(raw, "client_id", "dpsense-" + DEVICE_USER % dev)
         c["keepalive"] = _int(raw, "keepalive", 5, 3600, 60)
         c["max_inflight"] = _int(raw, "max_inflight", 1, 32, 8)

@@ -6,7 +6,7 @@ cloud services, the gateway and the boards agree.
 
 Devices log in as ``d<device_id>`` and publish readings and status under their own
 name; the correction topic is shared and names no device, so the correction server
-cannot tie a token to a device. Templates take ``%``, as the rest of the board code
+cannot tie a token to a device. A device may read one topic, its own ``ACK``. Templates take ``%``, as the rest of the board code
 does; the ``*_ALL`` filters are the templates filled with the MQTT wildcard.
 """
 
@@ -18,5 +18,7 @@ STATUS = "dpsense/status/%s"               # % device account
 STATUS_ALL = STATUS % "+"
 ROUND_TO_CS = "dpsense/round/to-cs"
 ROUND_TO_ANALYST = "dpsense/round/to-analyst"
+ACK = "dpsense/ack/%s"                     # % device account: the cloud's acknowledgements
+ACK_ALL = ACK % "+"
 ALERTS = "dpsense/alerts/%s"               # % device group: a window's new candidates
 ALERTS_ALL = ALERTS % "+"

@@ -152,20 +152,22 @@ def _verify_examples() -> str:
 def _all_examples() -> str:
     return "\n".join([
         "  # the emulated micro:bit: QEMU, node files, config, checks, then the node runs",
-        "  python tools/flash.py all --board qemu-microbit --device-id 7 --data-dir dpsense-data",
-        "  dpsense gateway --port /dev/pts/N --device-id 7 --data-dir dpsense-data   # N as printed",
+        "  python tools/flash.py all --board qemu-microbit --device-id 7 --password-file d7.pw",
+        "  dpsense gateway --port /dev/pts/N --device-id 7 --password-file d7.pw   # N as printed",
         "  # a real ESP32 (MicroPython image from micropython.org/download/ESP32_GENERIC)",
         "  python tools/flash.py all --board esp32 --port /dev/ttyUSB0 --image %s --device-id 7 "
-        "--config-json esp32.json --broker-host 192.168.1.20" % ESP32_IMAGE,
+        "--config-json esp32.json --broker-host broker.lan --broker-ca dpsense-data/broker/tls/ca.pem"
+        % ESP32_IMAGE,
         "  # a Pico W (hold BOOTSEL while plugging it in, for the image)",
         "  python tools/flash.py all --board pico_w --port /dev/ttyACM0 --image %s --device-id 8 "
-        "--config-json picow.json --broker-host 192.168.1.20" % PICO_W_IMAGE,
-        "  # a Pico (no radio): then `dpsense gateway --port /dev/ttyACM0 --device-id 9`",
+        "--config-json picow.json --broker-host broker.lan --broker-ca dpsense-data/broker/tls/ca.pem"
+        % PICO_W_IMAGE,
+        "  # a Pico (no radio): then `dpsense gateway --port /dev/ttyACM0 --device-id 9 --password-file d9.pw`",
         "  python tools/flash.py all --board pico --port /dev/ttyACM0 --image %s --device-id 9 "
-        "--config-json pico.json" % PICO_IMAGE,
-        "  # a real micro:bit v1: then `dpsense gateway --port <printed pty> --device-id 10`",
+        "--config-json pico.json --password-file d9.pw" % PICO_IMAGE,
+        "  # a real micro:bit v1: then `dpsense gateway --port <printed pty> --device-id 10 --password-file d10.pw`",
         "  python tools/flash.py all --board microbit --port /dev/ttyACM0 --image %s "
-        "--device-id 10" % MICROBIT_IMAGE,
+        "--device-id 10 --password-file d10.pw" % MICROBIT_IMAGE,
         "  # the unix port, into a folder",
         "  python tools/flash.py all --board unix --port out/unix --device-id 7 --config-json unix.json",
     ])
@@ -281,8 +283,15 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--broker-host", default=os.environ.get("DPSENSE_BROKER_HOST", "127.0.0.1"),
                         help="the broker address written into the config of an MQTT board: "
                         "one the board can reach (default 127.0.0.1, fine for the unix port only)")
-        sp.add_argument("--broker-port", type=int,
-                        default=int(os.environ.get("DPSENSE_BROKER_PORT", "1883")))
+        sp.add_argument("--broker-port", type=int, default=None,
+                        help="default: $DPSENSE_BROKER_PORT, else 8883 with --broker-ca, else 1883")
+        sp.add_argument("--broker-ca", metavar="CA_CERT",
+                        help="the broker's CA certificate (PEM or DER, e.g. "
+                        "dpsense-data/broker/tls/ca.pem): an MQTT board gets it as ca.der and "
+                        "speaks TLS (required for a broker off loopback)")
+        sp.add_argument("--password-file", metavar="PATH",
+                        help="also write the device account's password here (mode 0600), e.g. "
+                        "for `dpsense gateway --password-file PATH`; the broker keeps no copy")
 
     f = sub.add_parser("firmware", formatter_class=fmt, help="flash a MicroPython image",
                        description="Put a MicroPython image on a board: esptool for the ESP32, "
@@ -448,18 +457,30 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
     from dpsense.protocol.topics import DEVICE_USER
     from dpsense.tools import provision as pv
     base = pv.load_base(args.config_json, args.from_profile)
+    der = _ca_der(args)
+    mqtt = der is not None and pv.board_profile(args.board)["transport"] == "mqtt"
     # Check the keys before touching the broker or the board.
     cfg = pv.build_config(args.board, base, args.device_id, "unset", args.broker_host,
-                          args.broker_port)
-    password = pv.add_device_account(args.data_dir, args.device_id, args.broker_port)
+                          _broker_port(args), mqtt)
+    password = pv.add_device_account(args.data_dir, args.device_id)
     cfg = pv.build_config(args.board, base, args.device_id, password, args.broker_host,
-                          args.broker_port)
+                          _broker_port(args), mqtt)
     user = DEVICE_USER % args.device_id
-    log("broker account %s created/reset in %s (password in %s)"
-        % (user, Path(args.data_dir) / "broker", Path(args.data_dir) / "broker" / "credentials" / user))
+    log("broker account %s created/reset in %s" % (user, Path(args.data_dir) / "broker"))
+    if args.password_file:
+        from dpsense.cloud.files import write_private
+        write_private(args.password_file, password + "\n")
+        log("  its password: %s (mode 0600; the broker keeps no copy)" % args.password_file)
+    elif "broker_password" not in cfg:
+        # A serial board's gateway logs in for it: the one place the password is shown.
+        log("  its password, for `dpsense gateway` (shown once; the broker keeps no copy): %s"
+            % password)
     folder = Path(args.port) if args.board == "unix" else None
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
+    if mqtt and der is not None:
+        ca_name, _ = pv.write_ca(repl, der, folder)
+        log("  %-30s %6d bytes  the broker's CA (DER), for broker_ca" % (ca_name, len(der)))
     name, data = pv.write_config(repl, cfg, folder, args.board)
     where = folder / name if folder is not None else "%s on the board" % name
     log("  %-30s %6d bytes  verified (%s)" % (where, len(data), ", ".join(sorted(cfg))))
@@ -470,6 +491,25 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
         log("  config.txt checked by the board itself (mbcfg, written for the check and "
             "removed after it): ok; mbnode.run's arguments in mbargs.txt")
     return name, data, cfg
+
+
+def _ca_der(args: argparse.Namespace) -> bytes | None:
+    if not args.broker_ca:
+        return None
+    from dpsense.cloud.errors import UsageError
+    from dpsense.cloud.tls import der_of
+    try:
+        return der_of(Path(args.broker_ca))
+    except (OSError, UsageError) as e:
+        raise SystemExit("flash: --broker-ca %s: %s" % (args.broker_ca, getattr(e, "strerror", None) or e))
+
+
+def _broker_port(args: argparse.Namespace) -> int:
+    """--broker-port, else DPSENSE_BROKER_PORT, else 8883 with TLS (--broker-ca) or 1883."""
+    if args.broker_port is not None:
+        return int(args.broker_port)
+    env = os.environ.get("DPSENSE_BROKER_PORT")
+    return int(env) if env else (8883 if args.broker_ca else 1883)
 
 
 def cmd_provision(args: argparse.Namespace) -> int:
@@ -536,7 +576,8 @@ def cmd_all(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     # Fail on a bad config before anything is flashed or written.
     base = pv.load_base(args.config_json, args.from_profile)
-    pv.build_config(args.board, base, args.device_id, "unset", args.broker_host, args.broker_port)
+    pv.build_config(args.board, base, args.device_id, "unset", args.broker_host, _broker_port(args),
+                    args.broker_ca is not None and pv.board_profile(args.board)["transport"] == "mqtt")
     print("== firmware")
     if args.image or board.name == "qemu-microbit":
         pv.flash_image(args.board, args.image, args.port, args.mount)
@@ -579,7 +620,9 @@ def cmd_all(args: argparse.Namespace) -> int:
             repl.exit()
             repl.transport.write(b"\x04")      # soft reset: main.py starts with config.json
             print("board soft-reset: main.py runs with the new config.json%s"
-                  % ("; now `dpsense gateway --port %s --device-id %d`" % (args.port, args.device_id)
+                  % ("; now `dpsense gateway --port %s --device-id %d%s`"
+                     % (args.port, args.device_id,
+                        " --password-file %s" % args.password_file if args.password_file else "")
                      if board.name == "pico" else ""))
             return 0
         if args.no_run:
@@ -591,8 +634,9 @@ def cmd_all(args: argparse.Namespace) -> int:
         with NodeBridge(repl, rows, period) as bridge:
             print("== run: mbnode.run(*<mbargs.txt>), arguments %s" % pv.node_call(cfg)[10:])
             print("gateway port: %s" % bridge.pty)
-            print("  dpsense gateway --port %s --device-id %d --data-dir %s --broker-port %d"
-                  % (bridge.pty, args.device_id, args.data_dir, args.broker_port))
+            print("  dpsense gateway --port %s --device-id %d --data-dir %s --broker-port %d%s"
+                  % (bridge.pty, args.device_id, args.data_dir, _broker_port(args),
+                     " --password-file %s" % args.password_file if args.password_file else ""))
             print("feeding %s every %.3f s; Ctrl-C stops the node%s"
                   % ("rows of %s" % args.stimulus if args.stimulus else "synthetic rows", period,
                      " and QEMU" if not args.port else ""))

@@ -52,6 +52,8 @@ DEMO_CONFIG: dict[str, Any] = {
 MICROBIT_KEYS = ("device_id", "config_id", "columns", "epsilon", "centre", "window_records",
                  "window_cap")
 BROKER_KEYS = ("broker_host", "broker_port", "broker_user", "broker_password")
+# The broker's CA on an MQTT board, as its config's broker_ca names it.
+CA_FILE = "ca.der"
 
 class ProvisionError(ValueError):
     """A config that cannot go to this board; the text names the key."""
@@ -93,9 +95,11 @@ def load_base(config_json: str | None, from_profile: str | None) -> dict[str, An
 
 
 def build_config(board: str, base: dict[str, Any], device_id: int, password: str | None,
-                 broker_host: str = "127.0.0.1", broker_port: int = 1883) -> dict[str, Any]:
+                 broker_host: str = "127.0.0.1", broker_port: int = 1883,
+                 tls_ca: bool = False) -> dict[str, Any]:
     """The config.json for ``board``: ``base`` plus the device's identity and account,
-    checked with shared_protocol/config.py's ``validate`` (ProvisionError names the key)."""
+    checked with shared_protocol/config.py's ``validate`` (ProvisionError names the key).
+    ``tls_ca``: the board gets the broker's CA as ``CA_FILE`` (``write_ca``) and speaks TLS."""
     from dpsense.protocol.config import ConfigError, validate
     from dpsense.protocol.topics import DEVICE_USER
     profile = board_profile(board)
@@ -107,8 +111,15 @@ def build_config(board: str, base: dict[str, Any], device_id: int, password: str
             raise ProvisionError("broker_host: %s is this machine's loopback; the %s board needs "
                                  "an address it can reach (give --broker-host, e.g. this "
                                  "machine's LAN address)" % (broker_host, profile["name"]))
+        if not tls_ca and not _loopback(broker_host):
+            raise ProvisionError("broker_host: %s is off loopback, where the broker speaks TLS only "
+                                 "(dpsense broker run --tls): give --broker-ca, the broker's CA "
+                                 "(dpsense broker make-ca)" % broker_host)
         raw.update(broker_host=broker_host, broker_port=broker_port,
                    broker_user=DEVICE_USER % device_id, broker_password=password)
+        if tls_ca:
+            raw.update(broker_tls=True, broker_ca=CA_FILE)
+            raw.pop("broker_tls_insecure", None)
     else:
         for k in BROKER_KEYS:
             raw.pop(k, None)
@@ -140,22 +151,29 @@ def node_call(cfg: dict[str, Any]) -> str:
         list(cfg["centre"]), cfg["window_records"], parse_decimal(cfg["window_cap"]))
 
 
-def add_device_account(data_dir: str | Path, device_id: int, broker_port: int) -> str:
-    """Create or reset the broker account ``d<N>``; its password.
-
-    Adding an account rewrites the broker's mosquitto.conf; its listener line is kept
-    as it is (a broker run with ``--broker-host 0.0.0.0`` for boards on the LAN stays so).
+def add_device_account(data_dir: str | Path, device_id: int) -> str:
+    """Create or reset the broker account ``d<N>``; its password, which the broker keeps
+    nowhere in clear: the caller puts it in the board's config or hands it to the gateway.
+    A running broker re-reads its accounts; its mosquitto.conf (listener, TLS) is untouched.
     """
     from dpsense.cloud.broker import Broker
-    host, port = "127.0.0.1", broker_port
-    conf = Path(data_dir) / "broker" / "mosquitto.conf"
-    if conf.is_file():
-        for line in conf.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[0] == "listener" and parts[1].isdigit():
-                host, port = parts[2], int(parts[1])
-    _, password = Broker(data_dir, port=port, host=host).add_device(device_id)
+    _, password = Broker(data_dir).add_device(device_id)
     return password
+
+
+def write_ca(repl: RawRepl | None, der: bytes, folder: Path | None = None) -> tuple[str, bytes]:
+    """The broker's CA certificate (DER: MicroPython's mbedTLS loads no PEM) as ``CA_FILE``."""
+    if folder is not None:
+        (folder / CA_FILE).write_bytes(der)
+    else:
+        assert repl is not None
+        repl.write_file(CA_FILE, der)
+    return CA_FILE, der
+
+
+def _loopback(host: str) -> bool:
+    from dpsense.cloud.broker import is_loopback
+    return is_loopback(host)
 
 
 # -- firmware images -----------------------------------------------------------------------

@@ -38,6 +38,17 @@ def add_common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--analyst-db", help="analyst storage URL: sqlite:///file.db or postgresql://... "
                                         "(default sqlite in the data dir)")
     g.add_argument("--correction-db", help="correction-server storage URL (never the analyst's)")
+    g.add_argument("--tls-ca", help="speak MQTT over TLS and check the broker's certificate against "
+                                    "this CA (PEM, e.g. dpsense-data/broker/tls/ca.pem; env "
+                                    "DPSENSE_TLS_CA); required for a broker off loopback")
+
+
+def add_password(p: argparse.ArgumentParser) -> None:
+    """The service's own broker secret: --password-file > DPSENSE_BROKER_PASSWORD."""
+    p.add_argument("--password-file", metavar="PATH",
+                   help="file (mode 0600) holding this service's broker password, as written by "
+                        "`dpsense broker add-account NAME --password-file PATH` "
+                        "(default: env DPSENSE_BROKER_PASSWORD)")
 
 
 def settings_from(args: argparse.Namespace) -> "Settings":
@@ -45,18 +56,40 @@ def settings_from(args: argparse.Namespace) -> "Settings":
     from dpsense.cloud.config import Settings
     return Settings.resolve(data_dir=args.data_dir, broker_host=args.broker_host,
                             broker_port=args.broker_port, analyst_db=args.analyst_db,
-                            correction_db=args.correction_db)
+                            correction_db=args.correction_db, tls_ca=getattr(args, "tls_ca", None))
 
 
-def connection_for(st: "Settings", user: str, client_id: str) -> "Connection":
-    """Broker connection for a role account; the password comes from the broker's files
-    (or DPSENSE_BROKER_PASSWORD when the broker runs elsewhere)."""
+def broker_password(args: argparse.Namespace, account: str) -> str:
+    """The service's broker password: ``--password-file`` (0600) or DPSENSE_BROKER_PASSWORD.
+    The broker keeps no copy in clear (cloud/broker.py), so there is no other place to look."""
     import os
 
-    from dpsense.cloud.broker import Broker
+    from dpsense.cloud.files import read_secret
+    path = getattr(args, "password_file", None)
+    if path:
+        return read_secret(path)
+    pw = os.environ.get("DPSENSE_BROKER_PASSWORD")
+    if pw:
+        return pw
+    raise UsageError("no broker password for account %s: give --password-file PATH (written by "
+                     "`dpsense broker add-account %s --password-file PATH`) or set "
+                     "DPSENSE_BROKER_PASSWORD" % (account, account))
+
+
+def check_transport(st: "Settings") -> None:
+    """A password goes in clear only over loopback: a remote broker needs TLS (``--tls-ca``)."""
+    from dpsense.cloud.broker import is_loopback
+    if not st.tls_ca and not is_loopback(st.broker_host):
+        raise UsageError("the broker at %s is not on loopback: give --tls-ca (the broker's CA) so "
+                         "that the password does not cross the network in clear" % st.broker_host)
+
+
+def connection_for(st: "Settings", user: str, password: str) -> "Connection":
+    """Broker connection for an account; its client id is the account name (the broker
+    enforces that: cloud/broker.py)."""
     from dpsense.cloud.ingest.service import Connection
-    pw = os.environ.get("DPSENSE_BROKER_PASSWORD") or Broker(st.data_dir).password(user)
-    return Connection(st.broker_host, st.broker_port, user, pw, client_id)
+    check_transport(st)
+    return Connection(st.broker_host, st.broker_port, user, password, user, tls_ca=st.tls_ca or None)
 
 
 def _int_in(text: str, lo: int, hi: int | None) -> int:

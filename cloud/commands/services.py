@@ -5,10 +5,13 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from dpsense.cloud.broker import INGEST_SUFFIX, STATUS_SUFFIX
 from dpsense.cloud.errors import UsageError
 from dpsense.cloud.commands.common import (
     IngestThread,
     add_common,
+    add_password,
+    broker_password,
     connection_for,
     count,
     device_id,
@@ -24,40 +27,87 @@ if TYPE_CHECKING:
 
 
 def parser_broker(p: argparse.ArgumentParser) -> None:
-    p.epilog = examples("dpsense broker run", "dpsense broker add-account analyst",
-                        "dpsense broker add-device 7")
+    p.epilog = examples("dpsense broker run", "dpsense broker add-account analyst --password-file analyst.pw",
+                        "dpsense broker add-device 7",
+                        "dpsense broker make-ca", "dpsense broker make-cert --host broker.lan",
+                        "dpsense broker run --tls --broker-host 0.0.0.0 --broker-port 8883")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    text = "write the configuration and run Mosquitto until interrupted"
+    text = ("write the configuration and run Mosquitto until interrupted; exits non-zero, "
+            "with one line, if Mosquitto dies")
     run = sub.add_parser("run", help=text, description=text,
-                         epilog=examples("dpsense broker run --data-dir dpsense-data --broker-port 1883"))
+                         epilog=examples("dpsense broker run --data-dir dpsense-data --broker-port 1883",
+                                         "dpsense broker run --tls --broker-host 0.0.0.0 --broker-port 8883"))
+    run.add_argument("--tls", action="store_true",
+                     help="serve MQTT over TLS with the server certificate of `make-cert` (required "
+                          "for any address but loopback)")
+    run.add_argument("--tls-cert", help="server certificate, PEM (default: <data-dir>/broker/tls/server.pem)")
+    run.add_argument("--tls-key", help="its private key, PEM (default: <data-dir>/broker/tls/server.key)")
     add_common(run)
-    text = "create or reset a role account and print its password"
-    acc = sub.add_parser("add-account", help=text, description=text,
-                         epilog=examples("dpsense broker add-account analyst",
+    pw_help = ("write the password to this new file (mode 0600) instead of printing it; "
+               "the broker keeps no copy in clear")
+    text = "create or reset a role account and show its password once"
+    acc = sub.add_parser("add-account", help=text, description=text + (
+                         ". The analyst and correction roles also get NAME-ingest, the account of "
+                         "their ingest connection, and the analyst NAME-status, the account that stores "
+                         "the boards' status messages, with the same password."),
+                         epilog=examples("dpsense broker add-account analyst --password-file analyst.pw",
                                          "dpsense broker add-account dashboard --role curator"))
     acc.add_argument("name", help="account name, e.g. analyst")
     acc.add_argument("--role", choices=("analyst", "correction", "curator", "alerts"),
                      help="role (default: the name); alerts: may only read the alert topics")
+    acc.add_argument("--password-file", metavar="PATH", help=pw_help)
     add_common(acc)
-    text = "create or reset device account d<ID> and print its password"
+    text = "create or reset device account d<ID> and show its password once"
     dev = sub.add_parser("add-device", help=text, description=text,
                          epilog=examples("dpsense broker add-device 7",
-                                         "dpsense broker add-device 8 --group hall-a"))
+                                         "dpsense broker add-device 8 --group hall-a --password-file d8.pw"))
     dev.add_argument("device_id", type=device_id, metavar="ID", help="device id, 1..4294967295")
     dev.add_argument("--group", help="the device's group: readings of one group share detection windows "
                                      "(kept in the analyst's store; default: the group it has, else 'default')")
+    dev.add_argument("--password-file", metavar="PATH", help=pw_help)
     add_common(dev)
     text = "list accounts and roles"
     ls = sub.add_parser("accounts", help=text, description=text, epilog=examples("dpsense broker accounts"))
     add_common(ls)
+    text = "make a lab certificate authority (RSA 2048): ca.pem, ca.der for boards, ca.key (0600)"
+    ca = sub.add_parser("make-ca", help=text, description=text,
+                        epilog=examples("dpsense broker make-ca", "dpsense broker make-ca --out pki --days 365"))
+    ca.add_argument("--out", help="folder (default <data-dir>/broker/tls)")
+    ca.add_argument("--days", type=count(1), default=3650, help="validity (default 3650)")
+    add_common(ca)
+    text = "make the broker's server certificate, signed by the lab CA: server.pem, server.key (0600)"
+    cert = sub.add_parser("make-cert", help=text, description=text,
+                          epilog=examples("dpsense broker make-cert --host broker.lan --host 192.168.1.20"))
+    cert.add_argument("--host", action="append", required=True,
+                      help="a name or address clients connect to (repeat for more; the first is the CN)")
+    cert.add_argument("--ca", help="folder of the CA (default <data-dir>/broker/tls)")
+    cert.add_argument("--out", help="folder (default <data-dir>/broker/tls)")
+    cert.add_argument("--days", type=count(1), default=825, help="validity (default 825)")
+    add_common(cert)
+
+
+def _show_password(args: argparse.Namespace, name: str, password: str) -> None:
+    """Once, where the user asked: a new 0600 file, or standard output."""
+    from pathlib import Path
+
+    from dpsense.cloud.files import write_private
+    if args.password_file:
+        write_private(Path(args.password_file), password + "\n")
+        print("%s: password written to %s (mode 0600)" % (name, args.password_file), file=sys.stderr)
+    else:
+        print("%s %s" % (name, password))
 
 
 def do_broker(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from dpsense.cloud.broker import Broker
+    from dpsense.cloud.errors import BrokerError
+    from dpsense.cloud import tls
     st = settings_from(args)
     b = Broker(st.data_dir, port=st.broker_port, host=st.broker_host)
     if args.action == "add-account":
-        print(b.add_account(args.name, args.role))
+        _show_password(args, args.name, b.add_account(args.name, args.role))
     elif args.action == "add-device":
         if args.group is not None:
             from dpsense.cloud.devices import check_group
@@ -72,18 +122,32 @@ def do_broker(args: argparse.Namespace) -> int:
             from dpsense.cloud.storage import open_analyst_store
             with open_analyst_store(st.analyst_db) as store:
                 store.set_device_group(args.device_id, args.group, time.time())
-        print("%s %s" % (name, pw))
+        _show_password(args, name, pw)
     elif args.action == "accounts":
         for name, role in sorted(b.accounts().items()):
             print("%-16s %s" % (name, role))
+    elif args.action == "make-ca":
+        files = tls.make_ca(Path(args.out) if args.out else b.tls_dir, days=args.days)
+        print("lab CA: %s (for services: --tls-ca), %s (for boards), key %s" % (files.pem, files.der, files.key))
+    elif args.action == "make-cert":
+        ca_dir = Path(args.ca) if args.ca else b.tls_dir
+        sf = tls.make_cert(ca_dir, Path(args.out) if args.out else b.tls_dir, args.host, days=args.days)
+        print("server certificate for %s: %s, key %s" % (", ".join(args.host), sf.cert, sf.key))
     else:
+        if args.tls or args.tls_cert or args.tls_key:
+            sf = tls.server_files(b.tls_dir)
+            b.tls = tls.ServerFiles(Path(args.tls_cert) if args.tls_cert else sf.cert,
+                                    Path(args.tls_key) if args.tls_key else sf.key)
         stop = stop_on_sigterm()
         with b.running():
-            print("broker: mosquitto on %s:%d, files in %s (log %s); Ctrl-C stops it"
-                  % (b.host, b.port, b.dir, b.log_path), file=sys.stderr, flush=True)
+            print("broker: mosquitto (pid %s) on %s:%d%s, files in %s (log %s); Ctrl-C stops it"
+                  % (b.pid, b.host, b.port, " over TLS" if b.tls else "", b.dir, b.log_path),
+                  file=sys.stderr, flush=True)
             try:
-                while not stop.wait(0.5) and b.pid is not None:
-                    pass
+                while not stop.wait(0.5):
+                    died = b.died()
+                    if died is not None:
+                        raise BrokerError(died)
             except KeyboardInterrupt:
                 pass
     return 0
@@ -95,9 +159,11 @@ def parser_ingest(p: argparse.ArgumentParser) -> None:
     p.add_argument("--role", choices=("analyst", "correction", "status"), required=True,
                    help="analyst: store reading records; correction: store correction records; status: store "
                         "the boards' status messages in the analyst's store")
-    p.add_argument("--user", help="broker account (default: the role name; analyst for status)")
+    p.add_argument("--user", help="broker account (default: the role's own one: analyst-ingest, "
+                                  "correction-ingest, analyst-status)")
     p.add_argument("--batch-size", type=count(1), default=500, help="messages per commit (default 500)")
     p.add_argument("--idle-exit", type=seconds, help="stop after this many seconds without a message")
+    add_password(p)
     add_common(p)
 
 
@@ -107,8 +173,8 @@ def do_ingest(args: argparse.Namespace) -> int:
     from dpsense.cloud.storage.repository import AnalystStore, CorrectionStore
     st = settings_from(args)
     stop = stop_on_sigterm()
-    conn = connection_for(st, args.user or ("analyst" if args.role == "status" else args.role),
-                          "dpsense-ingest-" + args.role)
+    user = args.user or ("analyst" + STATUS_SUFFIX if args.role == "status" else args.role + INGEST_SUFFIX)
+    conn = connection_for(st, user, broker_password(args, user))
     store: AnalystStore | CorrectionStore
     if args.role == "analyst":
         store = open_analyst_store(st.analyst_db)
@@ -201,6 +267,7 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
     p.add_argument("--webhook", help="POST each window's new candidates as JSON to this http(s) URL")
     p.add_argument("--no-ingest", action="store_true",
                    help="only detect; other processes run `dpsense ingest --role analyst` and `--role status`")
+    add_password(p)
     add_common(p)
 
 
@@ -234,11 +301,12 @@ def do_analyst(args: argparse.Namespace) -> int:
     stop = stop_on_sigterm()
     opener = lambda: open_analyst_store(st.analyst_db)  # noqa: E731
     opener().close()            # create the database once, before two threads open it
-    analyst = Analyst(connection_for(st, "analyst", "dpsense-analyst"), opener, params, webhook=args.webhook)
+    pw = broker_password(args, "analyst")
+    analyst = Analyst(connection_for(st, "analyst", pw), opener, params, webhook=args.webhook)
     ingests: list[IngestThread] = []
     if not args.no_ingest:
-        ingests = [IngestThread(connection_for(st, "analyst", "dpsense-ingest-" + role), opener, role, stop)
-                   for role in ("analyst", "status")]
+        ingests = [IngestThread(connection_for(st, "analyst" + suffix, pw), opener, role, stop)
+                   for suffix, role in ((INGEST_SUFFIX, "analyst"), (STATUS_SUFFIX, "status"))]
     try:
         analyst.run(stop, flush_when_idle=args.flush_idle, exit_when_done=args.exit_when_done)
     except KeyboardInterrupt:
@@ -260,6 +328,7 @@ def parser_correction(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bound", choices=("R1", "R2", "R3"), default="R1", help="FN_L3 upper bound (default R1)")
     p.add_argument("--no-guard", action="store_true", help="accept every split (paper-literal; not advised)")
     p.add_argument("--no-ingest", action="store_true", help="only answer rounds; another process ingests")
+    add_password(p)
     add_common(p)
 
 
@@ -283,10 +352,11 @@ def do_correction(args: argparse.Namespace) -> int:
               "refusing rounds until it is" % (st.data_dir / "profile.json"), file=sys.stderr, flush=True)
     opener = lambda: open_correction_store(st.correction_db)  # noqa: E731
     opener().close()            # create the database once, before two threads open it
-    server = CorrectionServer(connection_for(st, "correction", "dpsense-correction"), params, opener)
+    pw = broker_password(args, "correction")
+    server = CorrectionServer(connection_for(st, "correction", pw), params, opener)
     ingest = None
     if not args.no_ingest:
-        ingest = IngestThread(connection_for(st, "correction", "dpsense-ingest-correction"), opener,
+        ingest = IngestThread(connection_for(st, "correction" + INGEST_SUFFIX, pw), opener,
                               "correction", stop)
     try:
         server.run(stop)
@@ -306,13 +376,14 @@ def parser_gateway(p: argparse.ArgumentParser) -> None:
                         "dpsense gateway --port /dev/pts/3 --device-id 7 --idle-exit 30")
     p.add_argument("--port", required=True, help="the board's serial port or pty (/dev/ttyACM0, /dev/pts/3)")
     p.add_argument("--device-id", type=device_id, required=True,
-                   help="publish as device account d<ID> (password from the data dir or DPSENSE_BROKER_PASSWORD)")
+                   help="publish as device account d<ID> (password: --password-file or DPSENSE_BROKER_PASSWORD)")
     p.add_argument("--baud", type=count(1), default=115200, help="serial speed (default 115200)")
     p.add_argument("--idle-exit", type=seconds, help="stop after this many seconds without a byte")
     p.add_argument("--keepalive", type=count(1), default=60,
                    help="MQTT keepalive in seconds: a broker that stops answering is noticed "
                         "within about that long, then the gateway reconnects and resends "
                         "(default 60)")
+    add_password(p)
     add_common(p)
 
 
@@ -321,10 +392,11 @@ def do_gateway(args: argparse.Namespace) -> int:
     from dpsense.protocol.topics import DEVICE_USER
     st = settings_from(args)
     stop = stop_on_sigterm()
-    conn = connection_for(st, DEVICE_USER % args.device_id, "unused")
+    user = DEVICE_USER % args.device_id
+    conn = connection_for(st, user, broker_password(args, user))
     try:
         run(args.port, args.device_id, st.broker_host, st.broker_port, conn.password, baud=args.baud,
-            stop=stop, idle_exit=args.idle_exit, keepalive=args.keepalive)
+            stop=stop, idle_exit=args.idle_exit, keepalive=args.keepalive, tls_ca=conn.tls_ca)
     except KeyboardInterrupt:
         pass
     return 0
@@ -333,7 +405,9 @@ def do_gateway(args: argparse.Namespace) -> int:
 def parser_simulate(p: argparse.ArgumentParser) -> None:
     p.epilog = examples("dpsense simulate --devices 10 --n 100000 --epsilon 0.5",
                         "dpsense simulate --csv readings.csv --devices 4 --seed 0")
-    p.add_argument("--devices", type=count(1), default=10, help="virtual devices (default 10)")
+    p.add_argument("--devices", type=count(1), default=10,
+                   help="virtual devices d1..dN (default 10); their broker accounts get new passwords, "
+                        "held in memory for the run")
     p.add_argument("--n", type=count(1), default=100_000, help="readings in all (default 100000)")
     p.add_argument("--csv", help="publish this CSV (numeric columns, header row) instead of synthetic data; "
                                  "an optional column named 'outlier' (0/1) is ground truth")

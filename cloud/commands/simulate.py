@@ -28,6 +28,7 @@ import numpy as np
 
 from dpsense.cloud import topics
 from dpsense.cloud.broker import Broker
+from dpsense.cloud.commands.common import check_transport
 from dpsense.cloud.config import Settings
 from dpsense.cloud.errors import DpsenseError
 from dpsense.cloud.profile import calibrate, save_profile
@@ -73,11 +74,13 @@ def run_simulation(settings: Settings, args: argparse.Namespace) -> dict[str, fl
         raise FleetError("--devices must be >= 1")
     x, outlier, reference = load_data(args)
     profile = calibrate(reference, str(getattr(args, "epsilon")), float(getattr(args, "quantum")))
+    check_transport(settings)
+    # The broker keeps no password in clear, so the fleet's accounts get new ones for this
+    # run, held in memory only.
     broker = Broker(settings.data_dir, port=settings.broker_port, host=settings.broker_host)
-    existing = broker.accounts()
-    for d in range(1, devices + 1):
-        if topics.device_username(d) not in existing:
-            broker.add_device(d)
+    passwords = broker.add_devices(list(range(1, devices + 1)))
+    print("simulate: new passwords for the simulated device accounts d1..d%d" % devices,
+          file=sys.stderr, flush=True)
     log = stderr_progress
     print("simulate: %d readings x %d columns from %d devices, epsilon %s per column"
           % (len(x), x.shape[1], devices, profile.epsilon), file=sys.stderr, flush=True)
@@ -87,7 +90,7 @@ def run_simulation(settings: Settings, args: argparse.Namespace) -> dict[str, fl
     t_enc = time.perf_counter() - t0
     save_ground_truth(Path(settings.data_dir) / "groundtruth.npz", enc, outlier, profile)
     save_profile(settings.data_dir, profile)
-    pub = FleetPublisher(settings, broker, devices)
+    pub = FleetPublisher(settings, passwords, devices)
     try:
         pub.connect()
         t_pub = pub.publish(enc, progress=log("published"))
@@ -138,11 +141,11 @@ def run_steady(settings: Settings, args: argparse.Namespace, stop: threading.Eve
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     # Written before the first reading, so a correction server waiting for w_O gets it.
     (Path(settings.data_dir) / "profile.json").write_text(profile.to_json())
+    check_transport(settings)
+    # The broker keeps no password in clear: the fleet's accounts get new ones for this run,
+    # held in memory only.
     broker = Broker(settings.data_dir, port=settings.broker_port, host=settings.broker_host)
-    existing = broker.accounts()
-    for d in range(1, devices + 1):
-        if topics.device_username(d) not in existing:
-            broker.add_device(d)
+    passwords = broker.add_devices(list(range(1, devices + 1)))
     seed = int(getattr(args, "seed"))
     enc = FleetEncoder(profile, devices, seed, boot_id_now())
     blocks = data_blocks(args, int(min(max(rate, 100), 10_000)))
@@ -150,7 +153,7 @@ def run_steady(settings: Settings, args: argparse.Namespace, stop: threading.Eve
     say("simulate: %g readings/s from %d devices (boot %d), %s; epsilon %s per column"
         % (rate, devices, enc.boot_id, "for %g s" % float(duration) if duration else "until stopped",
            profile.epsilon))
-    pub = FleetPublisher(settings, broker, devices)
+    pub = FleetPublisher(settings, passwords, devices)
     try:
         pub.connect()
     except (OSError, ConnectionError) as e:

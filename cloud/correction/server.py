@@ -134,7 +134,7 @@ class CorrectionServer:
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=True,
                         protocol=mqtt.MQTTv311)
         c.reconnect_delay_set(1, 5)
-        c.username_pw_set(conn.username, conn.password)
+        conn.apply(c)
         c.on_connect = self._on_connect
         c.on_disconnect = lambda cl, u, flags, reason, props: self.session.lost(reason)
         c.on_message = lambda cl, u, m: self._q.put(bytes(m.payload))

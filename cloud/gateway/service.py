@@ -2,10 +2,10 @@
 
     stats = run("/dev/ttyACM0", 7, "127.0.0.1", 1883, password)    # until Ctrl-C or the line closes
 
-Logs in as the device's own account (``d<N>``) with a clean session and QoS 1, opens
-the port (cloud/serialport.py) once the broker accepted it, feeds what the board
-writes to a ``Gateway`` (relay.py), writes the answers to its polls back, and reports
-each PUBACK to it; paho's client reconnects by itself when the broker goes away. On the
+Logs in as the device's own account (``d<N>``) with a clean session and QoS 1 (over TLS
+when ``tls_ca`` names the broker's CA), opens the port (cloud/serialport.py) once the
+broker accepted it, feeds what the board writes to a ``Gateway`` (relay.py), writes the
+answers to its polls back, and reports each PUBACK to it; paho's client reconnects by itself when the broker goes away. On the
 way out it waits up to 10 s for the last acknowledgements.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dpsense.cloud.serialport import open_transport
 def run(port: str, device_id: int, host: str, port_no: int, password: str,
         baud: int = 115200, stop: threading.Event | None = None,
         log: Callable[[str], None] | None = None, idle_exit: float | None = None,
-        keepalive: int = 60) -> GatewayStats:
+        keepalive: int = 60, tls_ca: str | None = None) -> GatewayStats:
     """Relay until ``stop`` is set, the line closes, or ``idle_exit`` seconds without a line."""
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion
@@ -31,9 +31,12 @@ def run(port: str, device_id: int, host: str, port_no: int, password: str,
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     stop = stop or threading.Event()
     user = topics.device_username(device_id)
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="dpsense-gateway-" + user,
+    # The broker makes the account name the client id (cloud/broker.py).
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=user,
                          clean_session=True, protocol=mqtt.MQTTv311)
     client.username_pw_set(user, password)
+    if tls_ca:
+        client.tls_set(ca_certs=tls_ca)       # chain and host name checked
     client.max_inflight_messages_set(100)
     # paho annotates the delays as int; it waits for any number of seconds.
     client.reconnect_delay_set(0.2, 5)  # type: ignore[arg-type]

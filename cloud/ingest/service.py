@@ -33,7 +33,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from dpsense.cloud import topics
-from dpsense.cloud.errors import DpsenseError, ServiceError, StorageUnavailable
+from dpsense.cloud.errors import DpsenseError, ServiceError, StorageUnavailable, UsageError
 from dpsense.cloud.ingest.classify import classify_correction, classify_reading
 from dpsense.cloud.session import Session
 from dpsense.cloud.storage.repository import DeadLetter
@@ -52,6 +52,16 @@ class Connection:
     password: str
     client_id: str
     keepalive: int = 30
+    tls_ca: str | None = None       # CA (PEM) to check the broker's TLS certificate; None: plain
+
+    def apply(self, client: mqtt.Client) -> None:
+        """Credentials, and TLS (certificate chain and host name checked) when ``tls_ca`` is set."""
+        client.username_pw_set(self.username, self.password)
+        if self.tls_ca:
+            try:
+                client.tls_set(ca_certs=self.tls_ca)
+            except (OSError, ValueError) as e:
+                raise UsageError("--tls-ca %s: %s" % (self.tls_ca, getattr(e, "strerror", None) or e)) from None
 
 
 @dataclass
@@ -109,7 +119,7 @@ class IngestService:
     def _make_client(self) -> mqtt.Client:
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self.conn.client_id,
                         clean_session=False, protocol=mqtt.MQTTv311, manual_ack=True)
-        c.username_pw_set(self.conn.username, self.conn.password)
+        self.conn.apply(c)
         c.max_inflight_messages_set(1000)
         # paho annotates the delays as int; it waits for any number of seconds.
         c.reconnect_delay_set(0.2, 5)  # type: ignore[arg-type]

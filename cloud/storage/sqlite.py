@@ -16,6 +16,7 @@ of a newer version or not made by dpsense is an error; a schema-1 file is upgrad
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -102,6 +103,16 @@ class _SqliteDatabase:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        try:
+            # Created 0600 before SQLite opens it: its -wal and -shm files take the database's mode.
+            if path != ":memory:" and not path.startswith("file:"):
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+                os.fchmod(fd, 0o600)
+                os.close(fd)
+        except FileExistsError:
+            pass
+        except OSError as err:
+            raise StorageError("cannot create SQLite database %s: %s" % (path, err.strerror or err)) from err
         try:
             # isolation_level=None: no implicit transactions; _write() issues BEGIN/COMMIT itself.
             self._conn = sqlite3.connect(path, isolation_level=None)

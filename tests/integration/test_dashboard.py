@@ -43,8 +43,8 @@ WITHHELD = 3 * 5 + 1            # row of device 2's seq 5: never published, so o
 
 
 
-def _service(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def _service(args: list[str], log: Path, password: str = "") -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DPSENSE_BROKER_PASSWORD=password)
     with open(log, "wb") as f:
         return subprocess.Popen([sys.executable, "-m", "dpsense.cloud.cli", *args], env=env,
                                 stdout=f, stderr=subprocess.STDOUT)
@@ -158,21 +158,20 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
     settings = Settings(data_dir=data_dir, broker_port=free_port())
     common = ["--data-dir", str(data_dir), "--broker-port", str(settings.broker_port)]
     broker = Broker(data_dir, port=settings.broker_port)
-    broker.add_account("analyst")
-    broker.add_account("correction")
-    for d in range(1, DEVICES + 1):
-        broker.add_device(d)
+    passwords = {role: broker.add_account(role) for role in ("analyst", "correction")}
+    device_pws = broker.add_devices(list(range(1, DEVICES + 1)))
     procs: list[subprocess.Popen[bytes]] = []
     driver = None
     with broker.running():
         try:
-            procs.append(_service(["correction-server", *common], logs / "cs.log"))
-            procs.append(_service(["analyst", *common, "--window", str(WINDOW)], logs / "analyst.log"))
+            procs.append(_service(["correction-server", *common], logs / "cs.log", passwords["correction"]))
+            procs.append(_service(["analyst", *common, "--window", str(WINDOW)], logs / "analyst.log",
+                                  passwords["analyst"]))
             for name in ("cs.log", "analyst.log"):
                 _wait("%s subscribed" % name, lambda n=name: _in_log(logs / n, b"ingest: subscribed"), 30, logs / name)
 
             enc = _withhold(encode_fleet(x, profile, DEVICES, seed=3), WITHHELD)
-            pub = FleetPublisher(settings, broker, DEVICES)
+            pub = FleetPublisher(settings, device_pws, DEVICES)
             pub.connect()
             try:
                 pub.publish(enc, timeout=120)

@@ -74,8 +74,9 @@ class Stack:
         self.logs = tmp
         self.broker = Broker(self.dir, port=free_port())
         self.common = ["--data-dir", str(self.dir), "--broker-port", str(self.broker.port)]
-        for account in ("analyst", "correction", "alerts"):
-            self.broker.add_account(account)
+        # The broker keeps no password: each service gets its own in its environment.
+        self.passwords = {account: self.broker.add_account(account)
+                          for account in ("analyst", "correction", "alerts")}
         for d in range(1, 11):      # two groups of five boards
             assert main(["broker", "add-device", str(d), "--group", "hall-a" if d <= 5 else "hall-b",
                          *self.common]) == 0
@@ -85,6 +86,8 @@ class Stack:
 
     def service(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
+        if name in self.passwords:
+            env["DPSENSE_BROKER_PASSWORD"] = self.passwords[name]
         with open(self.logs / ("%s.log" % name), "ab") as log:
             p = subprocess.Popen([sys.executable, "-m", "dpsense.cloud.cli", *args, *self.common], env=env,
                                  stdout=log, stderr=log)
@@ -107,7 +110,7 @@ class Stack:
         assert _wait(lambda: "subscribed to dpsense/readings/+" in self.log("analyst")
                      and "subscribed to dpsense/status/+" in self.log("analyst"), 30), self.log("analyst")
         watcher = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="t-alerts", protocol=mqtt.MQTTv311)
-        watcher.username_pw_set("alerts", self.broker.password("alerts"))
+        watcher.username_pw_set("alerts", self.passwords["alerts"])
         subscribed = threading.Event()
         watcher.on_connect = lambda c, u, f, r, p: c.subscribe(topics.ALERTS_ALL, qos=1)
         watcher.on_subscribe = lambda *a: subscribed.set()

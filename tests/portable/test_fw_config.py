@@ -79,6 +79,11 @@ BAD = (
     (_with(broker_port=65536), UNIX, "broker_port"),
     (_with(broker_password=_DROP), UNIX, "broker_password"),
     (_with(broker_tls="yes"), UNIX, "broker_tls"),
+    (_with(broker_tls=True), UNIX, "broker_ca"),          # TLS that checks nobody: refused
+    (_with(broker_tls=True, broker_tls_insecure="yes"), UNIX, "broker_tls_insecure"),
+    (_with(broker_tls_insecure=True), UNIX, "broker_tls_insecure"),      # without TLS
+    (_with(broker_tls=True, broker_ca="ca.der", broker_tls_insecure=True), UNIX,
+     "broker_tls_insecure"),
     (_with(keepalive=1), UNIX, "keepalive"),
     (_with(ring_records=1), UNIX, "ring_records"),
     (_with(ring_bytes=100), UNIX, "ring_bytes"),
@@ -128,7 +133,10 @@ def test_valid_config_gets_exact_fractions_and_defaults():
     assert (c["config_id"], c["keepalive"], c["period_ms"]) == (0, 60, 1000)
     assert (c["window_records"], c["window_seconds"]) == (100, 0)
     assert c["ring_path"] == "ring.bin" and c["broker_ca"] is None
-    assert validate(_with(broker_tls=True), UNIX)["broker_port"] == 8883
+    assert c["broker_tls_insecure"] is False
+    assert validate(_with(broker_tls=True, broker_ca="ca.der"), UNIX)["broker_port"] == 8883
+    # The switch that lets TLS go without a CA is named, and kept for the boot line.
+    assert validate(_with(broker_tls=True, broker_tls_insecure=True), UNIX)["broker_tls_insecure"] is True
     assert validate(_with(window_records=_DROP, window_seconds=60), UNIX)["window_seconds"] == 60
 
 
