@@ -5,11 +5,15 @@
 The grid has cells of side just under ``eps / sqrt(d)``, so any two points of one cell are
 within ``eps`` of each other, and every point within ``eps`` of a point lies in one of the
 ``5**d`` cells at most two steps away along each axis. Each nonempty cell keeps the
-bounding box of its points. For a point and a neighbour cell, the box gives a lower and an
-upper bound of the pair distances: a cell entirely beyond ``eps`` is skipped, a cell
-entirely within ``eps`` counts whole, and only a cell the ball's boundary cuts is
-compared point by point. A cell with ``min_samples`` points or more is therefore all core
-at once, which is where most points of a dense window are.
+bounding box of its points, and boxes bound distances from below and above. First whole
+cells: a cell whose neighbour boxes surely hold ``min_samples`` points within ``eps`` of
+all its points is all core (a cell holding ``min_samples`` points already is: that is
+where most points of a dense window are), and one whose neighbour boxes cannot is not
+core. Then the points of the remaining cells, neighbour cell by neighbour cell, nearest
+first, until ``min_samples`` is reached: a cell entirely beyond ``eps`` of the point is
+skipped, one entirely within counts whole, and only a cell the ball's boundary cuts is
+compared point by point. Non-core points look for a core point the same way, against the
+boxes of each cell's core points. Memory is O(n) plus blocks of ``PAIR_BLOCK`` pairs.
 
 "Within eps" is decided by exactly the arithmetic of scikit-learn's KD-tree:
 ``sum over axes of (p - q)**2 <= eps**2`` in float64, the axes summed in order. The box
@@ -27,7 +31,7 @@ import numpy as np
 #: Dimensions the grid serves (``5**d`` neighbour cells per cell).
 MAX_DIM = 3
 #: Point pairs compared per block; bounds the temporaries (about 40 bytes a pair).
-PAIR_BLOCK = 1 << 19
+PAIR_BLOCK = 1 << 18
 #: Widest grid per axis, in cells: keys must fit int64 and ``(x - min) / side`` must
 #: floor to within far less than one cell of the exact value (2**-52 relative error).
 _MAX_CELLS = {1: 1 << 40, 2: 1 << 30, 3: 1 << 20}
@@ -105,6 +109,18 @@ class _Grid:
             far += reach * reach
         return near, far
 
+    def box_box_bounds(self, cells: np.ndarray, others: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper bounds of the squared distance between points of two cells' boxes."""
+        near = np.zeros(cells.size)
+        far = np.zeros(cells.size)
+        for l, h in zip(self.lo, self.hi, strict=True):
+            al, ah, bl, bh = l[cells], h[cells], l[others], h[others]
+            gap = np.maximum(np.maximum(bl - ah, al - bh), 0.0)
+            near += gap * gap
+            reach = np.maximum(bh - al, ah - bl)
+            far += reach * reach
+        return near, far
+
     def pairs_within(self, pts: np.ndarray, cells: np.ndarray, eps2: float,
                      only: np.ndarray | None = None) -> np.ndarray:
         """For each point, how many points of the paired cell (of ``only`` there) are within eps."""
@@ -142,11 +158,25 @@ def grid_core_noise(x: np.ndarray, eps: float, min_samples: int) -> tuple[np.nda
     eps2 = eps * eps
     g = _Grid(x, eps)
     n = x.shape[0]
-    core = np.zeros(n, dtype=bool)
 
-    # Core points: count neighbours cell by cell until min_samples is reached.
+    # Whole cells first: box-to-box bounds settle a cell whose neighbours surely hold
+    # min_samples points (all core), or surely do not (none core).
+    cells = np.arange(g.keys.size)
+    lower = np.zeros(cells.size, dtype=np.int64)
+    upper = np.zeros(cells.size, dtype=np.int64)
+    for offset in g.offsets:
+        others = g.neighbour(cells, offset)
+        has = others >= 0
+        mine, others = cells[has], others[has]
+        near, far = g.box_box_bounds(mine, others)
+        upper[mine] += np.where(near <= eps2, g.count[others], 0)
+        lower[mine] += np.where(far <= eps2, g.count[others], 0)
+    core = (lower >= min_samples)[g.cell_of]
+    open_cell = (lower < min_samples) & (upper >= min_samples)
+
+    # Core points of the other cells: count neighbours cell by cell until min_samples.
     seen = np.zeros(n, dtype=np.int64)
-    pending = np.arange(n)
+    pending = np.flatnonzero(open_cell[g.cell_of])
     for offset in g.offsets:
         if pending.size == 0:
             break
