@@ -66,7 +66,7 @@ class DBSCANOutliers:
     point by point), and non-core points look for a core point the same way. A pair is
     within ``eps`` when the float64 sum of squared coordinate differences is
     ``<= eps**2``, scikit-learn's KD-tree test, so ties at exactly ``eps`` agree.
-    About 0.3 s for 100,000 readings of a detection window (``bench/detection.py``).
+    0.05 to 0.4 s for 100,000 readings of a detection window (``bench/detection.py``).
 
     With more columns one counting radius query over a KD-tree of all points finds the
     core points, and one over a KD-tree of the core points, for the non-core points only,
