@@ -52,12 +52,17 @@ class _SystemRandom:
 
 def encode_fleet(x: np.ndarray, profile: DeviceProfile, devices: int, seed: int | None,
                  boot_id: int = 1, progress: Callable[[int, int], None] | None = None) -> Encoded:
-    """Perturb and encode every row of ``x`` (units); row i belongs to device ``i % devices + 1``."""
+    """Perturb and encode every row of ``x`` (units); row i belongs to device ``i % devices + 1``.
+
+    ``seed`` None (the commands' default): each device draws its noise and tokens from the
+    OS CSPRNG, as a board does from its hardware RNG. An int seeds a ``XorShift32`` per
+    device: the run is reproducible and its noise can be replayed, so it is not private.
+    """
     n = len(x)
     raw_q = np.rint(x / profile.quantum).astype(np.int64)
     mechs, rngs = [], []
     for d in range(devices):
-        rng = XorShift32(seed * 1000 + d + 1) if seed else _SystemRandom()
+        rng = XorShift32(seed * 1000 + d + 1) if seed is not None else _SystemRandom()
         rngs.append(rng)
         mechs.append(profile.mechanism(rng))
     seq_next = [0] * devices

@@ -13,6 +13,7 @@ from dpsense.cloud.commands.common import (
     examples,
     profile_default,
     seconds,
+    seed,
     settings_from,
     stop_on_sigterm,
 )
@@ -252,7 +253,7 @@ def do_gateway(args: argparse.Namespace) -> int:
 
 def parser_simulate(p: argparse.ArgumentParser) -> None:
     p.epilog = examples("dpsense simulate --devices 10 --n 100000 --epsilon 0.5",
-                        "dpsense simulate --csv readings.csv --devices 4 --seed 0")
+                        "dpsense simulate --csv readings.csv --devices 4 --seed 3")
     p.add_argument("--devices", type=count(1), default=10, help="virtual devices (default 10)")
     p.add_argument("--n", type=count(1), default=100_000, help="readings in all (default 100000)")
     p.add_argument("--csv", help="publish this CSV (numeric columns, header row) instead of synthetic data; "
@@ -261,7 +262,9 @@ def parser_simulate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", choices=("scale", "shift"), default="scale")
     p.add_argument("--epsilon", default="0.5", help="epsilon per column (default 0.5)")
     p.add_argument("--quantum", type=float, default=0.01, help="units per quantum (default 0.01)")
-    p.add_argument("--seed", type=int, default=1, help="data and noise seed; 0 = OS randomness")
+    p.add_argument("--seed", type=seed, default=None,
+                   help="seed the data and the noise: reproducible, not private "
+                        "(default: synthetic data of seed 1, noise from the OS CSPRNG)")
     add_common(p)
 
 

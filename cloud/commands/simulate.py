@@ -20,6 +20,7 @@ from dpsense.cloud.broker import Broker
 from dpsense.cloud.config import Settings
 from dpsense.cloud.errors import DpsenseError
 from dpsense.cloud.profile import calibrate, save_profile
+from dpsense.cloud.report import noise_source
 from dpsense.cloud.simulate import FleetPublisher, encode_fleet, save_ground_truth, stderr_progress
 
 
@@ -48,7 +49,8 @@ def load_data(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, np.ndar
             raise FleetError("%s: not a numeric CSV (%s)" % (csv, e)) from None
         return data, outlier, data
     n = int(getattr(args, "n"))
-    seed = int(getattr(args, "seed")) or 1
+    seed = getattr(args, "seed", None)
+    seed = 1 if seed is None else int(seed)
     d = paper1_synthetic(n, float(getattr(args, "separation")), str(getattr(args, "shape")), seed=seed)
     ref = paper1_synthetic(n, float(getattr(args, "separation")), str(getattr(args, "shape")),
                            seed=seed + 1000)
@@ -67,9 +69,10 @@ def run_simulation(settings: Settings, args: argparse.Namespace) -> dict[str, fl
         if topics.device_username(d) not in existing:
             broker.add_device(d)
     log = stderr_progress
-    print("simulate: %d readings x %d columns from %d devices, epsilon %s per column"
-          % (len(x), x.shape[1], devices, profile.epsilon), file=sys.stderr, flush=True)
-    seed = int(getattr(args, "seed"))
+    seed = getattr(args, "seed", None)
+    print("simulate: %d readings x %d columns from %d devices, epsilon %s per column; noise: %s"
+          % (len(x), x.shape[1], devices, profile.epsilon, noise_source(seed)),
+          file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     enc = encode_fleet(x, profile, devices, seed, progress=log("perturbed"))
     t_enc = time.perf_counter() - t0
