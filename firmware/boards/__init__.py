@@ -13,6 +13,8 @@ A profile is a dict ``PROFILE`` with:
   port's ``random`` PRNG, weaker: reported in the board's status);
 * ``wifi``: needs ``wifi_ssid``/``wifi_password`` in the config;
 * ``ring_path``, ``ledger_path``: default files on the board's file system;
+* ``clock``: "system" when ``time.time()`` is a clock the board can trust across resets
+  (time windows are accepted only then), else None;
 * ``float_bits``: width of the port's floats (the firmware computes no private
   value in floating point; the rigs report it).
 

@@ -232,6 +232,9 @@ def _pico_app(tmp_path, rows, gw, up):
         "epsilon": "0.5", "centre": [0, 0], "window_records": 100, "window_cap": "100",
         "period_ms": 0, "stimulus": rows, "ring_path": str(tmp_path / "ring.bin"),
         "ledger_path": str(tmp_path / "ledger.bin")}, pico.PROFILE)
+    from ledger import provision
+    if not (tmp_path / "ledger.bin").exists():
+        provision(cfg["ledger_path"])
     logs: list[str] = []
 
     def write(data):
