@@ -17,6 +17,7 @@ from shared_protocol.layout import (CORRECTION, CORRECTION_SIZE, INT32_MAX, KIND
 
 NAME = 10      # hex digits of the token that name a kept record's file (mbio)
 
+
 def frame(p):
     """framing.frame's line for payload ``p`` (a bytearray): one pass for hex and CRC."""
     c = 0xFFFF

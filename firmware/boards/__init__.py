@@ -10,7 +10,7 @@ A profile is a dict ``PROFILE`` with:
 * ``sensor``: "adc" (``machine.ADC`` on ``adc_pins``), "microbit" (pins
   ``adc_pins``), or "stimulus" (readings from the config, for rigs);
 * ``entropy``: "urandom" (``os.urandom``, a hardware source; firmware/app.py refuses to
-  run without it) or "prng_not_private" (the micro:bit's node: the ``random`` PRNG, no
+  run without it) or "prng_no_dp" (the micro:bit's node: the ``random`` PRNG, no
   privacy, said in its status);
 * ``wifi``: needs ``wifi_ssid``/``wifi_password`` in the config;
 * ``ring_path``, ``ledger_path``: default files on the board's file system;

@@ -157,7 +157,7 @@ def _check(seed, cols, eps, centre, rows, dev=7, cfg_id=3, win=10 ** 6, cap=(10 
     assert _frames(uart.out) == want
     text = bytes(uart.out)
     released = want.count(b"\n") // 2
-    assert text.startswith(bytes("#boot microbit prng_not_private %d %d " % (dev, boot), "ascii"))
+    assert text.startswith(bytes("#boot microbit prng_no_dp %d %d " % (dev, boot), "ascii"))
     assert _boot_fields(text)[-1] == bytes(__version__, "ascii")
     assert [e[:2] for e in _events(text, b"done")] == [[len(rows), released]]
     assert text.count(b"?\n") == len(rows) + 1
