@@ -13,11 +13,7 @@ empty; a board with neither slot readable releases nothing until it is provision
 again (firmware/ledger.py).
 """
 import struct
-
-try:
-    from hashlib import sha256
-except ImportError:           # MicroPython before 1.20 names it uhashlib
-    from uhashlib import sha256  # type: ignore[no-redef]
+from hashlib import sha256
 
 MAGIC = b"DPL2"
 RECORD = "<4sIIIIIII"     # magic, counter, unit_den, window, spent, reads, total, last_s
