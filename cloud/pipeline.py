@@ -30,7 +30,7 @@ from dpsense.cloud.config import Settings
 from dpsense.cloud.datasets import paper1_synthetic
 from dpsense.cloud.errors import DpsenseError
 from dpsense.cloud.files import private_dir, write_private
-from dpsense.cloud.report import evaluate, scatter_png, sweep_png, write_html
+from dpsense.cloud.report import NOT_PRIVATE, evaluate, noise_source, scatter_png, sweep_png, write_html
 from dpsense.cloud.profile import calibrate, save_profile
 from dpsense.cloud.simulate import FleetPublisher, encode_fleet, save_ground_truth
 from dpsense.cloud.storage import open_analyst_store, open_correction_store
@@ -47,7 +47,7 @@ class DemoOptions:
     shape: str = "scale"
     epsilon: str = "0.5"
     quantum: float = 0.01
-    seed: int = 1
+    seed: int | None = None         # None: noise from the OS CSPRNG (data: seed 1)
     out: Path = Path("out/demo")
     sweep: bool = True
     timeout: float = 600.0
@@ -111,8 +111,9 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
 
     _say("generating %d readings (paper-1 synthetic, separation %g) and calibrating on reference data"
          % (opts.n, opts.separation))
-    data = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=opts.seed)
-    ref = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=opts.seed + 1000)
+    data_seed = 1 if opts.seed is None else opts.seed
+    data = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=data_seed)
+    ref = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=data_seed + 1000)
     profile = calibrate(ref.x, opts.epsilon, opts.quantum)
     save_profile(data_dir, profile)
 
@@ -178,7 +179,7 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
         _say("accuracy vs epsilon: the same data through the in-process pipeline at epsilon 0.1, 0.5, 1")
         from dpsense.cloud.experiments.paper1 import Paper1Config, run_paper1
         cfg = Paper1Config(separations=(opts.separation,), epsilons=(0.1, 0.5, 1.0), runs=1, n=opts.n,
-                           shape=opts.shape, seed=opts.seed)
+                           shape=opts.shape, seed=data_seed)
         rows = run_paper1(cfg)
 
     eps = Fraction(*parse_decimal(opts.epsilon))
@@ -199,13 +200,14 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
     w("\nprivacy   epsilon %s per column, %s per reading for normal readings (relaxed sensitivity %s quanta);\n"
       "          readings outside the normal range get up to epsilon %.4g per reading, by design\n"
       % (opts.epsilon, eps * m, "/".join(str(d) for d in profile.delta_q), float(worst)))
+    w("noise     %s\n" % noise_source(opts.seed))
     w("delivery  %d readings and %d correction records stored, %d dead letters, %d missing sequence numbers\n"
       % (stored, corr, dead, sum(g.missing for g in gaps)))
     w("timings   perturb %.1f s, publish + PUBACK %.1f s (%.0f readings/s), analyst after publish %.1f s "
       "(detection %.1f s, correction round %.2f s)\n" % (timings["perturb"], timings["publish"],
         opts.n / timings["publish"], timings["analyst"], detect_s, round_s))
     if rows:
-        w("\naccuracy vs epsilon (same data, in-process, 1 run):\n")
+        w("\naccuracy vs epsilon (same data, in-process, 1 run, seed %d: %s):\n" % (data_seed, NOT_PRIVATE))
         w("%-8s %-36s %10s %10s\n" % ("epsilon", "method", "accuracy", "subset"))
         for r in rows:
             if r.method in ("global", "relaxed", "corrected"):
@@ -218,6 +220,7 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
     table = [
         ("readings", "%d from %d devices" % (opts.n, opts.devices)),
         ("epsilon", "%s per column, %s per reading (normal readings)" % (opts.epsilon, eps * m)),
+        ("noise", noise_source(opts.seed)),
         ("outliers O (DBSCAN on raw)", str(ev.outliers)),
         ("found without correction", "%d (%.1f%%), %d candidates (%.1f%%)" % (
             ev.found_presumed, 100 * ev.accuracy_presumed, ev.presumed, 100 * ev.subset_presumed)),

@@ -66,8 +66,9 @@ class FleetEncoder:
         self.profile = profile
         self.devices = devices
         self.boot_id = boot_id
-        self.seeded = bool(seed)
-        self._rngs = [XorShift32(seed * 1000 + d + 1) if seed else _SystemRandom() for d in range(devices)]
+        self.seeded = seed is not None
+        self._rngs = [XorShift32(seed * 1000 + d + 1) if seed is not None else _SystemRandom()
+                      for d in range(devices)]
         self._mechs: list[RecordMechanism] = [profile.mechanism(rng) for rng in self._rngs]
         self._seq = [0] * devices
         self._next = 0                  # the device of the next row (round robin)
@@ -109,7 +110,12 @@ class FleetEncoder:
 
 def encode_fleet(x: np.ndarray, profile: DeviceProfile, devices: int, seed: int | None,
                  boot_id: int = 1, progress: Callable[[int, int], None] | None = None) -> Encoded:
-    """Perturb and encode every row of ``x`` (units); row i belongs to device ``i % devices + 1``."""
+    """Perturb and encode every row of ``x`` (units); row i belongs to device ``i % devices + 1``.
+
+    ``seed`` None (the commands' default): each device draws its noise and tokens from the
+    OS CSPRNG, as a board does from its hardware RNG. An int seeds a ``XorShift32`` per
+    device: the run is reproducible and its noise can be replayed, so it is not private.
+    """
     return FleetEncoder(profile, devices, seed, boot_id).encode(x, progress)
 
 

@@ -132,7 +132,7 @@ def prep(w, d, ln, dev, boot, led, worst):
     0 records dropped: a full store stops the readings instead). Returns [kept, resent]."""
     k = resend(w, d, ln)
     gc.collect()
-    w(bytes("#boot microbit getrandbits %d %d %d %d %d %d %d %d 0 %d %s\n"
+    w(bytes("#boot microbit prng_no_dp %d %d %d %d %d %d %d %d 0 %d %s\n"
             % (dev, boot, led[4], led[3], led[5], worst[0], worst[1], k,
                gc.mem_free() if hasattr(gc, "mem_free") else -1, __version__), "ascii"))
     return [k, k]

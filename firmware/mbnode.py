@@ -77,6 +77,10 @@ def run(dev, cfg_id, cols, eps, centre, win, cap, worst, led, rng=None, uart=Non
     ledger as the last release left it and its units. ``d``: folder prefix of the
     node's files."""
     if rng is None:
+        # NOT PRIVATE: the port's PRNG, whose 32-bit state a boot id and a token give away.
+        # The hardware RNG (mbrng.py) does not fit the node's heap yet; the #boot event
+        # names this source "prng_no_dp" and the docs say the micro:bit gives no
+        # privacy (docs/privacy.md).
         import random as rng
     if uart is None:
         from microbit import uart

@@ -15,7 +15,12 @@ Keys, with defaults where a key is optional:
   the affine scaling of docs/protocol.md 4.1 and the relaxed sensitivity in quanta)
 * ``epsilon`` (per column, decimal string), ``centre`` (one int per column, quanta)
 * ``window_records`` or ``window_seconds`` (exactly one), ``window_cap`` (decimal
-  string, at least the epsilon of one record)
+  string, at least the epsilon of one record); ``window_seconds`` only on a board whose
+  profile names a trustworthy ``clock`` (the unix port's system clock): a clock that
+  restarts at boot or steps back would reopen a window's budget, and the firmware syncs
+  no NTP, so the other boards take ``window_records``
+* ``lifetime_cap`` (decimal string, at least the epsilon of one record; default 1000
+  times ``window_cap``): the most the board releases until it is provisioned again
 * boards with MQTT: ``broker_host``, ``broker_password``, ``broker_port`` (1883, or
   8883 with TLS), ``broker_user`` (``d<device_id>``), ``broker_tls`` (false),
   ``broker_ca`` (CA certificate, DER, to verify the broker with: MicroPython's
@@ -50,7 +55,7 @@ except ImportError:
 _U32 = 0xFFFFFFFF
 _COLUMN_KEYS = ("num", "den", "offset", "raw_min", "raw_max", "delta_q")
 KEYS = ("board", "device_id", "config_id", "columns", "epsilon", "centre", "window_records",
-         "window_seconds", "window_cap", "broker_host", "broker_port", "broker_user",
+         "window_seconds", "window_cap", "lifetime_cap", "broker_host", "broker_port", "broker_user",
          "broker_password", "broker_tls", "broker_ca", "broker_tls_insecure", "client_id", "keepalive",
          "max_inflight", "ack_timeout_ms", "backoff_max_ms", "ring_path", "ring_records",
          "ring_bytes", "wifi_ssid", "wifi_password", "ledger_path", "period_ms", "stimulus")
@@ -161,10 +166,21 @@ def validate(raw, profile):
         raise ConfigError("window_records: set exactly one of window_records and window_seconds")
     c["window_records"] = _int(raw, "window_records", 1, _U32) if ws is None else 0
     c["window_seconds"] = _int(raw, "window_seconds", 1, _U32) if wr is None else 0
+    if c["window_seconds"] and not profile.get("clock"):
+        raise ConfigError("window_seconds: board %s has no trustworthy clock (it restarts at "
+                          "boot and syncs no NTP); give window_records" % profile["name"])
     cap = c["window_cap"] = _dec(raw, "window_cap")
     if cap[0] * eps[1] < m * eps[0] * cap[1]:
         raise ConfigError("window_cap: must be at least the epsilon of one record (%d x %s)"
                           % (m, raw["epsilon"]))
+    if "lifetime_cap" in raw:
+        life = _dec(raw, "lifetime_cap")
+        if life[0] * eps[1] < m * eps[0] * life[1]:
+            raise ConfigError("lifetime_cap: must be at least the epsilon of one record (%d x %s)"
+                              % (m, raw["epsilon"]))
+    else:
+        life = (cap[0] * 1000, cap[1])
+    c["lifetime_cap"] = life
     if profile["transport"] == "mqtt":
         c["broker_host"] = _str(raw, "broker_host")
         tls = c["broker_tls"] = raw.get("broker_tls", False)

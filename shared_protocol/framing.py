@@ -18,8 +18,7 @@ except ImportError:
 START = 0x7E                       # "~"
 MAX_PAYLOAD = 128
 MAX_LINE = 2 + 2 * MAX_PAYLOAD + 4 + 1
-# Any line a gateway reads: console lines carry the board's status message, longer than a frame.
-MAX_CONSOLE_LINE = 512
+MAX_TEXT = 1024                     # a console or status line of a serial board (not a frame)
 _HEX = b"0123456789abcdef"
 
 

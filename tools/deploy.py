@@ -184,13 +184,14 @@ class Upload:
 # importing them in this order leaves the heap unfragmented for compiling each.
 MICROBIT_FILES = ("mbutil", "mbio", "noise", "mbnode")
 # Deployed with the node but never imported next to it: mbstate runs in a boot of its own
-# before each start of the node (tools/microbit.py boot_microbit_node).
+# before each start of the node (tools/microbit.py boot_microbit_node). mbrng (the nRF51's
+# hardware RNG) is not deployed by default: the node's heap has no room for it yet.
 MICROBIT_BOOT_FILES = ("mbstate",)
 # The config checker: written by `provision`, run in a boot of its own, then removed, so
 # that its 28 flash chunks stay free for the node's kept records and ledger.
 MICROBIT_CHECKER = "mbcfg"
 # firmware/ modules only the micro:bit runs, left out of the other boards' default set.
-MICROBIT_ONLY = ("mbutil", "mbio", "mbnode", "mbstate", MICROBIT_CHECKER)
+MICROBIT_ONLY = ("mbutil", "mbio", "mbnode", "mbrng", "mbstate", MICROBIT_CHECKER)
 # The raw-REPL lines that import them on the board, collecting garbage in between.
 MICROBIT_IMPORTS = "import gc\n" + "".join("import %s\ngc.collect()\n" % m for m in MICROBIT_FILES)
 # Top-level functions the micro:bit node never calls, left out of the shrunk copy:

@@ -484,6 +484,8 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
     name, data = pv.write_config(repl, cfg, folder, args.board)
     where = folder / name if folder is not None else "%s on the board" % name
     log("  %-30s %6d bytes  verified (%s)" % (where, len(data), ", ".join(sorted(cfg))))
+    if name == "config.json":
+        log("  a fresh privacy ledger: a new lifetime budget (%s)" % cfg.get("ledger_path", "ledger.bin"))
     if name == "config.txt":
         assert repl is not None
         from dpsense.tools.microbit import check_microbit_config

@@ -304,15 +304,25 @@ def microbit_config_text(cfg: dict[str, Any]) -> str:
 
 def write_config(repl: RawRepl | None, cfg: dict[str, Any], folder: Path | None = None,
                  board: str = "unix") -> tuple[str, bytes]:
-    """Write ``cfg`` as the board's config file (in ``folder`` for the unix port); its
-    name and bytes."""
+    """Write ``cfg`` as the board's config file (in ``folder`` for the unix port), and on
+    a board with a ledger file a fresh ledger (a new lifetime budget: the board refuses to
+    release with a damaged or missing one until this is done again); the config's name and
+    bytes."""
+    from dpsense.protocol.ledgerfile import fresh
     name, data = config_file(board, cfg)
+    ledger = None
+    if name == "config.json":
+        ledger = cfg.get("ledger_path") or board_profile(board).get("ledger_path")
     if folder is not None:
         (folder / name).write_bytes(data)
         os.chmod(folder / name, 0o600)
+        if ledger:
+            (folder / ledger).write_bytes(fresh())
     else:
         assert repl is not None
         repl.write_file(name, data)
+        if ledger:
+            repl.write_file(ledger, fresh())
     return name, data
 
 

@@ -108,6 +108,12 @@ def count(lo: int) -> Callable[[str], int]:
     return lambda text: _int_in(text, lo, None)
 
 
+def seed(text: str) -> int:
+    """An argparse type: a seed for data and noise, 0..4000000 (XorShift32 seeds per device stay
+    below 2**32)."""
+    return _int_in(text, 0, 4_000_000)
+
+
 def port(text: str) -> int:
     """An argparse type: a TCP port."""
     return _int_in(text, 1, 65535)

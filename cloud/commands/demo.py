@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from dpsense import __version__
-from dpsense.cloud.commands.common import examples
+from dpsense.cloud.commands.common import examples, seed
 
 
 def parser_demo(p: argparse.ArgumentParser) -> None:
@@ -16,7 +16,9 @@ def parser_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", choices=("scale", "shift"), default="scale",
                    help="how outliers are pushed out (SPEC 1.7; default scale)")
     p.add_argument("--epsilon", default="0.5", help="epsilon per column, a decimal (default 0.5)")
-    p.add_argument("--seed", type=int, default=1, help="seed for data and noise (default 1)")
+    p.add_argument("--seed", type=seed, default=None,
+                   help="seed the data and the boards' noise: reproducible, not private "
+                        "(default: synthetic data of seed 1, noise from the OS CSPRNG)")
     p.add_argument("--out", default="out/demo", help="report and data folder (default out/demo)")
     p.add_argument("--no-sweep", action="store_true", help="skip the accuracy-vs-epsilon sweep")
 
@@ -38,8 +40,9 @@ def parser_perturb(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", choices=("scale", "shift"), default="scale",
                    help="how outliers are pushed out (SPEC 1.7; default scale)")
     p.add_argument("--epsilon", default="0.5", help="epsilon per column, a decimal (default 0.5)")
-    p.add_argument("--seed", type=int, default=1,
-                   help="seed for data and noise; 0 draws noise from the OS CSPRNG (default 1)")
+    p.add_argument("--seed", type=seed, default=None,
+                   help="seed the data and the noise: reproducible, not private "
+                        "(default: synthetic data of seed 1, noise from the OS CSPRNG)")
 
 
 def do_perturb(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from dpsense.cloud.commands.common import (
     examples,
     profile_default,
     seconds,
+    seed,
     settings_from,
     stop_on_sigterm,
 )
@@ -404,7 +405,7 @@ def do_gateway(args: argparse.Namespace) -> int:
 
 def parser_simulate(p: argparse.ArgumentParser) -> None:
     p.epilog = examples("dpsense simulate --devices 10 --n 100000 --epsilon 0.5",
-                        "dpsense simulate --csv readings.csv --devices 4 --seed 0")
+                        "dpsense simulate --csv readings.csv --devices 4 --seed 3")
     p.add_argument("--devices", type=count(1), default=10,
                    help="virtual devices d1..dN (default 10); their broker accounts get new passwords, "
                         "held in memory for the run")
@@ -415,7 +416,9 @@ def parser_simulate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", choices=("scale", "shift"), default="scale")
     p.add_argument("--epsilon", default="0.5", help="epsilon per column (default 0.5)")
     p.add_argument("--quantum", type=float, default=0.01, help="units per quantum (default 0.01)")
-    p.add_argument("--seed", type=int, default=1, help="data and noise seed; 0 = OS randomness")
+    p.add_argument("--seed", type=seed, default=None,
+                   help="seed the data and the noise: reproducible, not private "
+                        "(default: synthetic data of seed 1, noise from the OS CSPRNG)")
     p.add_argument("--rate", type=float,
                    help="a steady fleet: publish this many readings per second across the devices (paper-1 "
                         "data drawn afresh, or the --csv rows over and over; --n is then the calibration set)")

@@ -32,6 +32,7 @@ from dpsense.cloud.commands.common import check_transport
 from dpsense.cloud.config import Settings
 from dpsense.cloud.errors import DpsenseError
 from dpsense.cloud.profile import calibrate, save_profile
+from dpsense.cloud.report import noise_source
 from dpsense.cloud.simulate import (Encoded, FleetEncoder, FleetPublisher, boot_id_now, encode_fleet,
                                     save_ground_truth, stderr_progress)
 
@@ -61,7 +62,8 @@ def load_data(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, np.ndar
             raise FleetError("%s: not a numeric CSV (%s)" % (csv, e)) from None
         return data, outlier, data
     n = int(getattr(args, "n"))
-    seed = int(getattr(args, "seed")) or 1
+    seed = getattr(args, "seed", None)
+    seed = 1 if seed is None else int(seed)
     d = paper1_synthetic(n, float(getattr(args, "separation")), str(getattr(args, "shape")), seed=seed)
     ref = paper1_synthetic(n, float(getattr(args, "separation")), str(getattr(args, "shape")),
                            seed=seed + 1000)
@@ -82,9 +84,10 @@ def run_simulation(settings: Settings, args: argparse.Namespace) -> dict[str, fl
     print("simulate: new passwords for the simulated device accounts d1..d%d" % devices,
           file=sys.stderr, flush=True)
     log = stderr_progress
-    print("simulate: %d readings x %d columns from %d devices, epsilon %s per column"
-          % (len(x), x.shape[1], devices, profile.epsilon), file=sys.stderr, flush=True)
-    seed = int(getattr(args, "seed"))
+    seed = getattr(args, "seed", None)
+    print("simulate: %d readings x %d columns from %d devices, epsilon %s per column; noise: %s"
+          % (len(x), x.shape[1], devices, profile.epsilon, noise_source(seed)),
+          file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     enc = encode_fleet(x, profile, devices, seed, progress=log("perturbed"))
     t_enc = time.perf_counter() - t0
@@ -117,7 +120,8 @@ def data_blocks(args: argparse.Namespace, block: int) -> Iterator[np.ndarray]:
         x, _, _ = load_data(args)
         while True:
             yield x
-    seed = int(getattr(args, "seed")) or int(time.time())
+    seed = getattr(args, "seed", None)
+    seed = int(time.time()) if seed is None else int(seed)
     k = 0
     while True:
         k += 1
@@ -146,13 +150,13 @@ def run_steady(settings: Settings, args: argparse.Namespace, stop: threading.Eve
     # held in memory only.
     broker = Broker(settings.data_dir, port=settings.broker_port, host=settings.broker_host)
     passwords = broker.add_devices(list(range(1, devices + 1)))
-    seed = int(getattr(args, "seed"))
+    seed = getattr(args, "seed", None)
     enc = FleetEncoder(profile, devices, seed, boot_id_now())
     blocks = data_blocks(args, int(min(max(rate, 100), 10_000)))
     say = _say
-    say("simulate: %g readings/s from %d devices (boot %d), %s; epsilon %s per column"
+    say("simulate: %g readings/s from %d devices (boot %d), %s; epsilon %s per column; %s"
         % (rate, devices, enc.boot_id, "for %g s" % float(duration) if duration else "until stopped",
-           profile.epsilon))
+           profile.epsilon, noise_source(seed)))
     pub = FleetPublisher(settings, passwords, devices)
     try:
         pub.connect()

@@ -29,7 +29,7 @@ from dpsense.cloud import topics
 from dpsense.cloud.gateway.acks import Acknowledgements, poll_count
 from dpsense.cloud.gateway.events import expand_event, parse_event
 from dpsense.protocol import wire
-from dpsense.protocol.framing import MAX_CONSOLE_LINE, LineSplitter, unframe
+from dpsense.protocol.framing import MAX_TEXT, LineSplitter, unframe
 
 
 @dataclass
@@ -77,7 +77,9 @@ class Gateway:
         self.acks = Acknowledgements()
         self.stats = GatewayStats(self.acks)
         self.boot: dict[str, Any] | None = None
-        self._splitter = LineSplitter(MAX_CONSOLE_LINE)
+        # Frames are checked against their own bound by unframe; console and status lines
+        # (a board's JSON status is longer than any frame) get MAX_TEXT.
+        self._splitter = LineSplitter(MAX_TEXT)
         self._last_line = time.monotonic()
         self._idle_reported = -1
 
@@ -96,7 +98,7 @@ class Gateway:
 
     def line(self, line: bytes | None) -> None:
         if line is None:
-            self._malformed("line longer than the %d-byte limit" % MAX_CONSOLE_LINE)
+            self._malformed("line longer than the %d-byte limit" % MAX_TEXT)
             return
         if line.endswith(b"\r"):
             line = line[:-1]

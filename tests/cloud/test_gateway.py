@@ -156,10 +156,10 @@ def test_acknowledged_before_publish_returned_still_counts():
 
 def test_event_lines_become_the_full_firmware_console_text_and_status_messages():
     gw, pubs, logs = _tracking()
-    gw.feed(b"#boot microbit getrandbits 7 99 1 4 4 200 50 2 0 2288 0.2.0\n#cap 0 4 4 4 1 4\n"
+    gw.feed(b"#boot microbit prng_no_dp 7 99 1 4 4 200 50 2 0 2288 0.2.0\n#cap 0 4 4 4 1 4\n"
             b"#done 30 12 310\n#idle 12 3 0\n#idle 12 3 2\n")
     assert logs == [
-        "console: boot ok: board=microbit device=7 boot=99 entropy=getrandbits eps_record=1/4 "
+        "console: boot ok: board=microbit device=7 boot=99 entropy=prng_no_dp eps_record=1/4 "
         "pending=2 mem_free=2288 version=0.2.0",
         "console: ledger: window 0 cap 1 reached (spent 1); withholding readings until window 1",
         "console: stimulus done: 30 readings, 12 released; firmware cost 310 us per reading",
@@ -169,10 +169,10 @@ def test_event_lines_become_the_full_firmware_console_text_and_status_messages()
     boot, cap = [json.loads(p) for t, p in pubs]
     assert all(t == "dpsense/status/d7" for t, _ in pubs)
     assert boot == {"event": "boot", "device": 7, "boot": 99, "board": "microbit",
-                    "entropy": "getrandbits", "eps_record": "1/4", "eps_record_worst": "4", "cap": "1",
+                    "entropy": "prng_no_dp", "eps_record": "1/4", "eps_record_worst": "4", "cap": "1",
                     "pending": 2, "dropped": 0, "mem_free": 2288, "version": "0.2.0"}
     assert cap == {"event": "window_cap", "device": 7, "boot": 99, "board": "microbit",
-                   "entropy": "getrandbits", "eps_record": "1/4", "window": 0, "spent": "1",
+                   "entropy": "prng_no_dp", "eps_record": "1/4", "window": 0, "spent": "1",
                    "cap": "1", "withheld": 1, "released": 4}
     assert gw.stats.events == 5 and gw.stats.malformed == 0
 
@@ -212,7 +212,7 @@ def test_malformed_event_lines_are_counted():
     gw, pubs, logs = _tracking()
     # the last: a #boot without its version (a node older than the gateway)
     gw.feed(b"#nope 1\n#cap 1 2\n#done a b c\n#cap 0 1 1 0 1 1\n#\n"
-            b"#boot microbit getrandbits 7 99 1 4 4 200 50 2 0 2288\n")
+            b"#boot microbit prng_no_dp 7 99 1 4 4 200 50 2 0 2288\n")
     assert pubs == [] and gw.stats.malformed == 6 and gw.stats.events == 0
 
 
@@ -232,6 +232,9 @@ def _pico_app(tmp_path, rows, gw, up):
         "epsilon": "0.5", "centre": [0, 0], "window_records": 100, "window_cap": "100",
         "period_ms": 0, "stimulus": rows, "ring_path": str(tmp_path / "ring.bin"),
         "ledger_path": str(tmp_path / "ledger.bin")}, pico.PROFILE)
+    from ledger import provision
+    if not (tmp_path / "ledger.bin").exists():
+        provision(cfg["ledger_path"])
     logs: list[str] = []
 
     def write(data):

@@ -40,6 +40,8 @@ def test_demo_small(tmp_path):
     assert "4000 readings from 4 simulated devices" in text
     assert "relaxed + correction (this run)" in text
     assert "4000 readings and 4000 correction records stored, 0 dead letters, 0 missing" in text
+    assert "noise     fresh entropy (secrets, the OS CSPRNG)" in text
+    assert "not private" not in text.split("accuracy vs epsilon")[0]
     report = (tmp_path / "demo" / "report.html").read_text()
     assert report.count("data:image/png;base64,") == 1
     assert _ours(tmp_path) == []

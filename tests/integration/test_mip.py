@@ -31,6 +31,7 @@ import pytest
 
 from dpsense.protocol import __version__, wire
 from dpsense.protocol.framing import unframe
+from dpsense.protocol.ledgerfile import fresh
 from dpsense.tools.deploy import micropython_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,6 +143,7 @@ def test_the_installed_firmware_boots_with_its_version_and_releases_readings(
     cfg = _config(broker_host="127.0.0.1", broker_port=port, broker_user="d7",
                   broker_password="unused", backoff_max_ms=200)
     (board / "config.json").write_text(json.dumps(cfg))
+    (board / "ledger.bin").write_bytes(fresh())          # what provisioning writes
     lines = _run_until([upy, "main.py", "config.json"], board, "stimulus done:")
     boot = [ln for ln in lines if ln.startswith("boot ok:")]
     assert len(boot) == 1, lines
@@ -157,6 +159,7 @@ def test_the_installed_firmware_writes_records_on_the_serial_path(
     board = tmp_path / "pico"
     shutil.copytree(installed, board)
     (board / "config.json").write_text(json.dumps(_config(board="pico")))
+    (board / "ledger.bin").write_bytes(fresh())
     lines = _run_until([upy, "main.py", "config.json"], board, "stimulus done:")
     assert lines[0].startswith("boot ok: board=pico device=7 ") and \
         " version=%s " % __version__ in lines[0], lines

@@ -74,6 +74,12 @@ BAD = (
     (_with(window_records=0), UNIX, "window_records"),
     (_with(window_cap="0.5"), UNIX, "window_cap"),        # below 2 x 0.5 per record
     (_with(window_cap=_DROP), UNIX, "window_cap"),
+    (_with(lifetime_cap="0.5"), UNIX, "lifetime_cap"),    # below one record
+    (_with(lifetime_cap=5), UNIX, "lifetime_cap"),        # a number, not a decimal string
+    # a clock that restarts at boot would reopen a time window's budget
+    (_with(window_records=_DROP, window_seconds=60, broker_password=_DROP, stimulus=_DROP),
+     pico.PROFILE, "window_seconds"),
+    (_with(window_records=_DROP, window_seconds=60, wifi_ssid="x"), esp32.PROFILE, "window_seconds"),
     (_with(broker_host=""), UNIX, "broker_host"),
     (_with(broker_port=0), UNIX, "broker_port"),
     (_with(broker_port=65536), UNIX, "broker_port"),
@@ -138,6 +144,8 @@ def test_valid_config_gets_exact_fractions_and_defaults():
     # The switch that lets TLS go without a CA is named, and kept for the boot line.
     assert validate(_with(broker_tls=True, broker_tls_insecure=True), UNIX)["broker_tls_insecure"] is True
     assert validate(_with(window_records=_DROP, window_seconds=60), UNIX)["window_seconds"] == 60
+    assert c["lifetime_cap"] == (10000, 1)                # 1000 windows' caps by default
+    assert validate(_with(lifetime_cap="2.5"), UNIX)["lifetime_cap"] == (5, 2)
 
 
 def test_serial_boards_need_no_broker():

@@ -5,6 +5,7 @@ from seriallink import ACKS, DRAIN, POLL_MS, QUIET, SerialLink, token_hex
 from shared_protocol import __version__
 from shared_protocol.config import validate
 from app import App
+from ledger import provision
 from boards import pico
 
 POLL = b"!12"     # the poll line of a board with room for 12 acknowledgements (docs/protocol.md 2.1)
@@ -257,6 +258,10 @@ def _pico_cfg(name, rows):
 
 
 def _run_app(cfg, answer):
+    try:
+        open(cfg["ledger_path"]).close()      # a second boot keeps its ledger
+    except OSError:
+        provision(cfg["ledger_path"])
     logs = []
     con = Console(answer)
     app = App(cfg, pico.PROFILE, logs.append, (con.write, con.read), fwutil.FakeClock(1000))

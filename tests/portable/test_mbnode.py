@@ -14,6 +14,8 @@ from ledger import OK, Ledger  # noqa: E402
 from tests.portable.fwutil import scratch  # noqa: E402
 
 import mbio  # noqa: E402
+import mbrng  # noqa: E402
+from tests.portable.util import raises  # noqa: E402
 import mbstate  # noqa: E402
 
 mbio.POLL = mbio.PAUSE = 5      # ms: keeps the waits for a silent gateway short here
@@ -155,7 +157,7 @@ def _check(seed, cols, eps, centre, rows, dev=7, cfg_id=3, win=10 ** 6, cap=(10 
     assert _frames(uart.out) == want
     text = bytes(uart.out)
     released = want.count(b"\n") // 2
-    assert text.startswith(bytes("#boot microbit getrandbits %d %d " % (dev, boot), "ascii"))
+    assert text.startswith(bytes("#boot microbit prng_no_dp %d %d " % (dev, boot), "ascii"))
     assert _boot_fields(text)[-1] == bytes(__version__, "ascii")
     assert [e[:2] for e in _events(text, b"done")] == [[len(rows), released]]
     assert text.count(b"?\n") == len(rows) + 1
@@ -274,3 +276,68 @@ def test_acknowledgements_that_match_nothing_are_ignored():
     assert mbio.acked(d, ln, 17) == 0            # twice: a resend was acknowledged again
     assert mbio.acked(d, bytearray(b"!zz"), 3) == 0
     assert _kept(d) == []
+
+
+# -- entropy: mbrng, the nRF51's RNG read through a fake peripheral ----------------------------------------------------
+
+class _Mem:
+    """machine.mem8 / mem32 over a fake RNG peripheral: VALUE gives ``source()``'s bytes."""
+
+    def __init__(self, source):
+        self.source = source
+        self.regs = {}
+
+    def __getitem__(self, addr):
+        if addr == 0x4000D100:          # EVENTS_VALRDY
+            return 1
+        if addr == 0x4000D508:          # VALUE
+            return self.source()
+        return self.regs.get(addr, 0)
+
+    def __setitem__(self, addr, v):
+        self.regs[addr] = v
+
+
+def _with_rng(source):
+    mem = _Mem(source)
+    mbrng.HW[0] = mem
+    mbrng.HW[1] = mem
+    mbrng.HW[2] = -1
+    mbrng.HW[3] = 0
+    return mem
+
+
+def test_hardware_getrandbits_takes_whole_bytes_top_bits_first():
+    seq = [0xA5, 0x3C, 0xFF, 0x01, 0x80]
+    it = [0]
+
+    def src():
+        it[0] += 1
+        return seq[(it[0] - 1) % len(seq)]
+    _with_rng(src)
+    assert mbrng.getrandbits(8) == 0xA5
+    assert mbrng.getrandbits(4) == 0x3C >> 4
+    assert mbrng.getrandbits(16) == 0xFF01
+    assert mbrng.getrandbits(1) == 1                 # 0x80's top bit
+    it[0] = 0
+    assert mbrng.getrandbits(30) == (0xA53CFF << 6) | (0x01 >> 2)
+
+
+def test_a_stuck_rng_fails_the_repetition_count_test():
+    x = XorShift32(9)
+    _with_rng(lambda: x.getrandbits(8))
+    for _ in range(4096):
+        mbrng.getrandbits(8)                         # a good source passes
+    _with_rng(lambda: 0x5A)
+    raises(OSError, lambda: [mbrng.getrandbits(8) for _ in range(6)])
+
+
+class _Silent(_Mem):
+    def __getitem__(self, addr):
+        return 0                                      # VALRDY never set
+
+
+def test_a_silent_rng_is_an_error_not_a_hang():
+    _with_rng(lambda: 7)
+    mbrng.HW[1] = _Silent(None)
+    raises(OSError, mbrng.getrandbits, 8)
