@@ -120,11 +120,10 @@ def decode_reading(buf):
         raise ProtocolError("unknown flags 0x%02x" % flags)
     if device_id == 0:
         raise ProtocolError("device_id 0 is reserved")
-    values = struct.unpack_from("<%di" % n, buf, READING_HEAD_SIZE)
-    for v in values:
-        if v == INT32_MIN:
-            raise ProtocolError("value -2**31 is reserved")
-    return device_id, boot_id, seq, bytes(token), config_id, tuple(values)
+    values = struct.unpack_from("<%di" % n, buf, READING_HEAD_SIZE)     # a tuple
+    if INT32_MIN in values:
+        raise ProtocolError("value -2**31 is reserved")
+    return device_id, boot_id, seq, bytes(token), config_id, values
 
 
 def decode_correction(buf):

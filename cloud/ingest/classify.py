@@ -5,15 +5,22 @@ device's own readings topic; the correction server accepts only correction recor
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from dpsense.cloud import topics
 from dpsense.cloud.storage.repository import Correction, DeadLetter, Reading
 from dpsense.protocol import wire
 from dpsense.protocol.wire import ProtocolError
 
 
+# A fleet publishes on a few thousand topics at most; parsing each topic once saves the ingest
+# a regular expression per message.
+_device_of_topic = lru_cache(maxsize=1 << 16)(topics.device_of_reading_topic)
+
+
 def classify_reading(topic: str, payload: bytes, received_at: float) -> Reading | DeadLetter:
     try:
-        device = topics.device_of_reading_topic(topic)
+        device = _device_of_topic(topic)
         if device is None:
             return DeadLetter(topic, payload, "not a device readings topic", received_at)
         kind, fields = wire.decode(payload)

@@ -22,12 +22,12 @@ raises ``BrokerUnreachable`` (cloud/session.py).
 """
 from __future__ import annotations
 
-import queue
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
@@ -75,14 +75,56 @@ class IngestStats:
     started: float = field(default_factory=time.monotonic)
 
 
-@dataclass(frozen=True)
-class _Msg:
+class _Msg(NamedTuple):
     topic: str
     payload: bytes
     mid: int
     qos: int
     gen: int
     received_at: float
+
+
+class _Inbox:
+    """Messages from paho's thread to the loop: a deque (append and popleft are atomic) and an
+    event set when a message lands in an empty inbox, so the loop sleeps while there is nothing
+    to do and a busy inbox costs no lock per message (``queue.Queue`` takes two)."""
+
+    def __init__(self) -> None:
+        self._items: deque[_Msg] = deque()
+        self._arrived = threading.Event()
+
+    def put(self, m: _Msg) -> None:
+        items = self._items
+        items.append(m)
+        if len(items) == 1:
+            self._arrived.set()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def take(self, most: int, first_wait: float, more_wait: float) -> list[_Msg]:
+        """Up to ``most`` messages: wait up to ``first_wait`` s for one, then up to ``more_wait``
+        s more while fewer than ``most`` are in."""
+        items = self._items
+        if not self._wait(first_wait):
+            return []
+        batch: list[_Msg] = []
+        deadline = time.monotonic() + more_wait
+        while True:
+            take = min(most - len(batch), len(items))
+            batch.extend(items.popleft() for _ in range(take))
+            if len(batch) >= most:
+                return batch
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._wait(left):
+                return batch
+
+    def _wait(self, timeout: float) -> bool:
+        if self._items:
+            return True
+        # Cleared before the second look: a put() after that look sets it again.
+        self._arrived.clear()
+        return bool(self._items) or (self._arrived.wait(timeout) and bool(self._items))
 
 
 class IngestService:
@@ -102,7 +144,7 @@ class IngestService:
         self.stats = IngestStats()
         self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
         self.progress_every = progress_every
-        self._q: queue.Queue[_Msg] = queue.Queue()
+        self._q = _Inbox()
         self._gen = 0
         self.session = Session(conn, "ingest", self.log)
         self._client = self._make_client()
@@ -154,19 +196,7 @@ class IngestService:
         self.session.start(self._client, timeout)
 
     def _take_batch(self) -> list[_Msg]:
-        try:
-            first = self._q.get(timeout=0.2)
-        except queue.Empty:
-            return []
-        batch = [first]
-        deadline = time.monotonic() + self.batch_wait
-        while len(batch) < self.batch_size:
-            left = deadline - time.monotonic()
-            try:
-                batch.append(self._q.get(timeout=max(0.0, left)) if left > 0 else self._q.get_nowait())
-            except queue.Empty:
-                break
-        return batch
+        return self._q.take(self.batch_size, 0.2, self.batch_wait)
 
     def process(self, batch: list[_Msg], stop: threading.Event | None = None) -> bool:
         """Store ``batch`` and acknowledge it; False if ``stop`` was set while a failed commit
