@@ -6,7 +6,8 @@ exactly as a board does it (``dpsense.protocol.mechanism.RecordMechanism`` and
 own account. The ground truth (raw values and outlier labels) is written next to the
 broker data for evaluation only; no service reads it.
 
-The device profile the fleet is provisioned with is cloud/profile.py's; the ``dpsense
+The connections are cloud/fleetpub.py's ``FleetPublisher`` (one per device, in worker
+processes). The device profile the fleet is provisioned with is cloud/profile.py's; the ``dpsense
 simulate`` command (cloud/commands/simulate.py) and the demo (cloud/pipeline.py) are the
 only users of this module.
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 import json
 import secrets
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from fractions import Fraction
@@ -23,12 +23,9 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
 
-from dpsense.cloud import topics
 from dpsense.cloud.files import write_private
-from dpsense.cloud.config import Settings
+from dpsense.cloud.fleetpub import FleetPublisher
 from dpsense.cloud.profile import DeviceProfile
 from dpsense.protocol import wire
 from dpsense.protocol.mechanism import RecordMechanism
@@ -119,78 +116,8 @@ def encode_fleet(x: np.ndarray, profile: DeviceProfile, devices: int, seed: int 
     return FleetEncoder(profile, devices, seed, boot_id).encode(x, progress)
 
 
-class FleetPublisher:
-    """One MQTT connection per virtual device (over TLS when the settings name a CA); QoS 1;
-    waits for every PUBACK. ``passwords``: account -> password, as the broker gave them when
-    it made the accounts (it keeps no copy)."""
-
-    def __init__(self, settings: Settings, passwords: dict[str, str], devices: int) -> None:
-        self.settings = settings
-        self.clients: list[mqtt.Client] = []
-        self._acked = 0
-        self._lock = threading.Lock()
-        for d in range(1, devices + 1):
-            name = topics.device_username(d)
-            if name not in passwords:
-                raise ValueError("no password for simulated device %s" % name)
-            # The broker makes the account name the client id (cloud/broker.py).
-            c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=name,
-                            clean_session=True, protocol=mqtt.MQTTv311)
-            c.username_pw_set(name, passwords[name])
-            if settings.tls_ca:
-                c.tls_set(ca_certs=settings.tls_ca)
-            c.max_inflight_messages_set(1000)
-            c.max_queued_messages_set(0)
-            c.on_publish = self._on_publish
-            self.clients.append(c)
-
-    def _on_publish(self, client: mqtt.Client, userdata: object, mid: int, reason: object, props: object) -> None:
-        with self._lock:
-            self._acked += 1
-
-    @property
-    def acked(self) -> int:
-        """Messages the broker acknowledged so far."""
-        with self._lock:
-            return self._acked
-
-    def connect(self) -> None:
-        for c in self.clients:
-            c.connect(self.settings.broker_host, self.settings.broker_port, keepalive=30)
-            c.loop_start()
-        deadline = time.monotonic() + 10
-        while not all(c.is_connected() for c in self.clients):
-            if time.monotonic() > deadline:
-                raise ConnectionError("simulated devices could not connect to the broker")
-            time.sleep(0.01)
-
-    def publish(self, enc: Encoded, progress: Callable[[int, int], None] | None = None,
-                timeout: float = 600.0) -> float:
-        """Publish every record; return seconds until the last PUBACK arrived."""
-        n = len(enc.readings)
-        total = 2 * n
-        t0 = time.perf_counter()
-        step = max(1, n // 10)
-        for i in range(n):
-            c = self.clients[int(enc.device_ids[i]) - 1]
-            c.publish(topics.READINGS % topics.device_username(int(enc.device_ids[i])), enc.readings[i], qos=1)
-            c.publish(topics.CORRECTIONS, enc.corrections[i], qos=1)
-            if progress and (i + 1) % step == 0:
-                progress(i + 1, n)
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._lock:
-                if self._acked >= total:
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError("only %d of %d messages acknowledged" % (self._acked, total))
-            time.sleep(0.005)
-        return time.perf_counter() - t0
-
-    def close(self) -> None:
-        for c in self.clients:
-            c.disconnect()
-            c.loop_stop()
+__all__ = ["Encoded", "FleetEncoder", "FleetPublisher", "boot_id_now", "encode_fleet", "save_ground_truth",
+           "stderr_progress"]
 
 
 def save_ground_truth(path: Path, enc: Encoded, outlier: np.ndarray, profile: DeviceProfile) -> None:

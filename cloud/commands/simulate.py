@@ -31,6 +31,7 @@ from dpsense.cloud.broker import Broker
 from dpsense.cloud.commands.common import check_transport
 from dpsense.cloud.config import Settings
 from dpsense.cloud.errors import DpsenseError
+from dpsense.cloud.fleetpub import Message
 from dpsense.cloud.profile import calibrate, save_profile
 from dpsense.cloud.report import noise_source
 from dpsense.cloud.simulate import (Encoded, FleetEncoder, FleetPublisher, boot_id_now, encode_fleet,
@@ -167,8 +168,7 @@ def run_steady(settings: Settings, args: argparse.Namespace, stop: threading.Eve
     sent = 0
     t0 = time.monotonic()
     try:
-        for d in range(1, devices + 1):
-            pub.clients[d - 1].publish(topics.STATUS % topics.device_username(d), enc.status(d), qos=1)
+        pub.send([(d, topics.STATUS % topics.device_username(d), enc.status(d)) for d in range(1, devices + 1)])
         batch: Encoded | None = None
         i = 0
         last_said = t0 = time.monotonic()
@@ -178,15 +178,16 @@ def run_steady(settings: Settings, args: argparse.Namespace, stop: threading.Eve
             due = int(rate * (now - t0)) + 1
             if total is not None:
                 due = min(due, total)
+            out: list[Message] = []
             while sent < due:
                 if batch is None or i == len(batch.readings):
                     batch, i = enc.encode(next(blocks)), 0
                 d = int(batch.device_ids[i])
-                c = pub.clients[d - 1]
-                c.publish(topics.READINGS % topics.device_username(d), batch.readings[i], qos=1)
-                c.publish(topics.CORRECTIONS, batch.corrections[i], qos=1)
+                out.append((d, topics.READINGS % topics.device_username(d), batch.readings[i]))
+                out.append((d, topics.CORRECTIONS, batch.corrections[i]))
                 i += 1
                 sent += 1
+            pub.send(out)
             if total is not None and sent >= total:
                 break
             if now - last_said >= 10:

@@ -1,0 +1,334 @@
+"""The simulated fleet's MQTT side: one connection per virtual device, spread over worker processes.
+
+    pub = FleetPublisher(settings, passwords, devices)      # passwords: account -> password
+    pub.connect()                                            # every device connected, or an error
+    seconds = pub.publish(enc)                               # QoS 1; returns when every PUBACK is in
+    pub.send([(device_id, topic, payload), ...])             # or stream messages and poll pub.acked
+    pub.close()
+
+Why processes. A paho client costs tens of microseconds of Python per QoS 1 message (build
+and send the PUBLISH, parse the PUBACK); one interpreter holding every connection, with a
+network thread per client contending for the GIL, published about 2,800 readings (5,600
+messages) per second. Each worker here is a process that owns the connections of its devices
+(device ``d`` goes to worker ``(d - 1) % processes``) and drives them from one thread with
+paho's external-loop calls (``loop_read``, ``loop_write``, ``loop_misc`` on ``select``), so
+no thread switch and no wake-up byte per message. bench/ingest.py measures the rate.
+
+Why one account per connection. The broker makes a connection's client id its account name
+(``use_username_as_clientid``, cloud/broker.py), so two connections under one account would
+take each other's session. Each simulated device therefore connects as its own device
+account (``d1``, ``d2``, ...), as a board does; ``Broker.add_devices`` makes the accounts and
+returns their passwords, which travel to the workers over their pipes and are kept nowhere.
+
+Order. A device's messages leave in the order given, over its one connection, so the broker
+sees each device's readings and correction records in that order, as before. Messages of
+different devices interleave as the workers run.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import select
+import time
+from collections import deque
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any, Callable, Protocol
+
+import numpy.typing as npt
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.reasoncodes import ReasonCode
+
+from dpsense.cloud import topics
+from dpsense.cloud.config import Settings
+
+Message = tuple[int, str, bytes]        # (device id, topic, payload)
+
+
+class Records(Protocol):
+    """What ``publish`` reads of cloud/simulate.py's ``Encoded``: per record its device, its
+    reading and its correction record, in publishing order."""
+
+    @property
+    def device_ids(self) -> npt.NDArray[Any]: ...
+    @property
+    def readings(self) -> list[bytes]: ...
+    @property
+    def corrections(self) -> list[bytes]: ...
+
+_CHUNK = 2000               # messages per pipe transfer to a worker
+_READ_EVERY = 64            # messages published between two looks at the sockets
+_REPORT_S = 0.02            # a worker reports its PUBACK count at most this often
+_INFLIGHT = 1000            # per connection, as the broker allows (cloud/broker.py)
+
+
+class FleetPublisher:
+    """The fleet's connections in ``processes`` worker processes (default: one per CPU, at most
+    one per device); see the module docstring."""
+
+    def __init__(self, settings: Settings, passwords: dict[str, str], devices: int,
+                 processes: int | None = None) -> None:
+        if devices < 1:
+            raise ValueError("devices must be >= 1")
+        if processes is not None and processes < 1:
+            raise ValueError("processes must be >= 1")
+        self.settings = settings
+        self.devices = devices
+        self.processes = min(devices, processes or os.cpu_count() or 1)
+        self._accounts: list[list[tuple[int, str, str]]] = [[] for _ in range(self.processes)]
+        for d in range(1, devices + 1):
+            name = topics.device_username(d)
+            if name not in passwords:
+                raise ValueError("no password for simulated device %s" % name)
+            self._accounts[(d - 1) % self.processes].append((d, name, passwords[name]))
+        self._pipes: list[Connection] = []
+        self._procs: list[multiprocessing.process.BaseProcess] = []
+        self._acked = 0
+
+    def _worker_of(self, device_id: int) -> int:
+        if not 1 <= device_id <= self.devices:
+            raise ValueError("no simulated device %d" % device_id)
+        return (device_id - 1) % self.processes
+
+    def connect(self, timeout: float = 10.0) -> None:
+        """Start the workers and connect every device; ``ConnectionError`` says which failed."""
+        # spawn: a fresh interpreter, whatever threads the caller runs (fork would copy their locks).
+        ctx = multiprocessing.get_context("spawn")
+        for accounts in self._accounts:
+            mine, theirs = ctx.Pipe()
+            p = ctx.Process(target=_worker_main, daemon=True,
+                            args=(theirs, self.settings.broker_host, self.settings.broker_port,
+                                  self.settings.tls_ca, accounts, timeout))
+            p.start()
+            theirs.close()
+            self._pipes.append(mine)
+            self._procs.append(p)
+        for pipe in self._pipes:
+            reply = self._recv(pipe, timeout + 30)
+            if reply[0] != "connected":
+                self.close()
+                raise ConnectionError(str(reply[1]))
+
+    def _recv(self, pipe: Connection, timeout: float) -> tuple[object, ...]:
+        if not pipe.poll(timeout):
+            raise ConnectionError("a publisher process did not answer within %.0f s" % timeout)
+        try:
+            reply: tuple[object, ...] = pipe.recv()
+        except EOFError:
+            raise ConnectionError("a publisher process ended unexpectedly") from None
+        return reply
+
+    def send(self, messages: Sequence[Message]) -> None:
+        """Hand ``messages`` to the workers of their devices; they publish with QoS 1 in order."""
+        self._hand_out("messages", messages)
+
+    def _hand_out(self, kind: str, items: Sequence[tuple[int, object, bytes]]) -> None:
+        per: list[list[tuple[int, object, bytes]]] = [[] for _ in self._pipes]
+        for m in items:
+            per[self._worker_of(m[0])].append(m)
+        # Chunk by chunk, round robin: a worker takes its next chunk while it publishes the last,
+        # so a send blocks only as long as the slowest worker is a chunk behind.
+        for i in range(0, max(len(ms) for ms in per), _CHUNK):
+            for pipe, ms in zip(self._pipes, per):
+                if i < len(ms):
+                    self._poll()
+                    pipe.send((kind, ms[i:i + _CHUNK]))
+
+    def _poll(self) -> None:
+        """Take in the workers' PUBACK counts (and their errors)."""
+        for pipe in self._pipes:
+            while pipe.poll():
+                try:
+                    kind, value = pipe.recv()
+                except EOFError:
+                    raise ConnectionError("a publisher process ended unexpectedly") from None
+                if kind == "acked":
+                    self._acked += int(value)
+                else:
+                    raise ConnectionError(str(value))
+
+    @property
+    def acked(self) -> int:
+        """Messages the broker acknowledged so far."""
+        self._poll()
+        return self._acked
+
+    def publish(self, enc: Records, progress: Callable[[int, int], None] | None = None,
+                timeout: float = 600.0) -> float:
+        """Publish every record of ``enc`` (reading, then its correction record); seconds until
+        the last PUBACK arrived."""
+        n = len(enc.readings)
+        start = self.acked
+        total = 2 * n
+        step = max(1, n // 10)
+        t0 = time.perf_counter()
+        # Records travel as (device, reading, correction); the worker knows the two topics.
+        self._hand_out("records", [(int(d), r, c) for d, r, c in zip(enc.device_ids, enc.readings, enc.corrections)])
+        deadline = time.monotonic() + timeout
+        said = 0
+        while True:
+            done = self.acked - start
+            if progress and done // 2 // step > said // step:
+                said = done // 2 // step * step
+                progress(min(said, n), n)
+            if done >= total:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError("only %d of %d messages acknowledged" % (done, total))
+            for pipe in self._pipes:
+                pipe.poll(0.005)
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        for pipe in self._pipes:
+            try:
+                pipe.send(("close", None))
+            except OSError:
+                pass
+        for p in self._procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        for pipe in self._pipes:
+            pipe.close()
+        self._pipes, self._procs = [], []
+
+
+# -- worker process ---------------------------------------------------------------------------
+
+def _worker_main(pipe: Connection, host: str, port: int, tls_ca: str | None,
+                 accounts: list[tuple[int, str, str]], timeout: float) -> None:
+    try:
+        w = _Worker(pipe, host, port, tls_ca, accounts)
+        w.connect(timeout)
+    except (OSError, ConnectionError, ValueError) as e:
+        pipe.send(("error", "simulated devices could not connect to the broker at %s:%d: %s"
+                   % (host, port, e)))
+        return
+    pipe.send(("connected", len(accounts)))
+    try:
+        w.run()
+    except (OSError, ConnectionError) as e:
+        try:
+            pipe.send(("error", "a simulated device lost the broker: %s" % e))
+        except OSError:
+            pass
+    finally:
+        w.close()
+
+
+class _Worker:
+    """The connections of some devices, driven from one thread by paho's external-loop calls."""
+
+    def __init__(self, pipe: Connection, host: str, port: int, tls_ca: str | None,
+                 accounts: list[tuple[int, str, str]]) -> None:
+        self.pipe = pipe
+        self.host = host
+        self.port = port
+        self.clients: dict[int, mqtt.Client] = {}
+        self.refused: list[str] = []
+        self.published = 0
+        self.acked = 0
+        self.todo: deque[tuple[int, str, bytes]] = deque()
+        self.reading_topic = {d: topics.READINGS % name for d, name, _ in accounts}
+        for d, name, password in accounts:
+            c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=name, clean_session=True,
+                            protocol=mqtt.MQTTv311)
+            c.username_pw_set(name, password)
+            if tls_ca:
+                c.tls_set(ca_certs=tls_ca)
+            c.max_inflight_messages_set(_INFLIGHT)
+            c.max_queued_messages_set(0)
+            c.on_publish = self._on_publish
+            c.on_connect = self._on_connect
+            c.user_data_set(name)
+            self.clients[d] = c
+
+    def _on_connect(self, client: mqtt.Client, userdata: object, flags: object, reason: ReasonCode,
+                    props: object) -> None:
+        if reason.is_failure:
+            self.refused.append("%s: %s" % (userdata, reason))
+
+    def _on_publish(self, client: mqtt.Client, userdata: object, mid: int, reason: object, props: object) -> None:
+        self.acked += 1
+
+    def connect(self, timeout: float) -> None:
+        for c in self.clients.values():
+            # Never loop() or loop_start(): either would make paho's wake-up socket pair, one
+            # extra send per message.
+            c.connect(self.host, self.port, keepalive=30)
+        deadline = time.monotonic() + timeout
+        while not all(c.is_connected() for c in self.clients.values()):
+            if self.refused:
+                raise ConnectionError("refused: " + ", ".join(self.refused))
+            if time.monotonic() > deadline:
+                raise ConnectionError("no CONNACK within %.0f s" % timeout)
+            try:
+                self._service(0.05)
+            except ConnectionError:
+                if self.refused:        # the broker closes the connection after a refusal
+                    raise ConnectionError("refused: " + ", ".join(self.refused)) from None
+                raise
+
+    def _service(self, wait: float) -> None:
+        """Read what the sockets hold (PUBACKs, CONNACKs), write what paho could not send yet;
+        wait up to ``wait`` s for either, or for the parent's next message."""
+        socks: dict[int, mqtt.Client] = {}
+        for c in self.clients.values():
+            sock = c.socket()
+            if sock is None:
+                raise ConnectionError("connection lost")
+            socks[sock.fileno()] = c
+        wants = [fd for fd, c in socks.items() if c.want_write()]
+        pipe = self.pipe.fileno()
+        r, w, _ = select.select([*socks, pipe], wants, [], wait)
+        for fd in r:
+            if fd != pipe:
+                rc = socks[fd].loop_read()
+                if rc != mqtt.MQTT_ERR_SUCCESS:
+                    raise ConnectionError(mqtt.error_string(rc))
+        for fd in w:
+            socks[fd].loop_write()
+
+    def run(self) -> None:
+        reported = 0
+        last_report = last_misc = time.monotonic()
+        pipe, todo = self.pipe, self.todo
+        while True:
+            # Read ahead while fewer than a chunk wait, so the parent's next send does not block.
+            if len(todo) < _CHUNK and pipe.poll():
+                kind, value = pipe.recv()
+                if kind == "close":
+                    break
+                if kind == "records":
+                    for d, reading, correction in value:
+                        todo.append((d, self.reading_topic[d], reading))
+                        todo.append((d, topics.CORRECTIONS, correction))
+                else:
+                    todo.extend(value)
+            for _ in range(min(_READ_EVERY, len(todo))):
+                d, topic, payload = todo.popleft()
+                info = self.clients[d].publish(topic, payload, qos=1)
+                if info.rc != mqtt.MQTT_ERR_SUCCESS:
+                    raise ConnectionError("device d%d: %s" % (d, mqtt.error_string(info.rc)))
+                self.published += 1
+            self._service(0 if todo else 0.05)
+            now = time.monotonic()
+            if self.acked != reported and (now - last_report >= _REPORT_S or self.acked == self.published):
+                pipe.send(("acked", self.acked - reported))
+                reported = self.acked
+                last_report = now
+            if now - last_misc >= 1.0:
+                for c in self.clients.values():
+                    c.loop_misc()
+                last_misc = now
+
+    def close(self) -> None:
+        for c in self.clients.values():
+            c.disconnect()
+            try:
+                self._service(0)
+            except (OSError, ValueError):
+                pass
