@@ -26,9 +26,11 @@ different devices interleave as the workers run.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import select
+import socket
+import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -83,7 +85,7 @@ class FleetPublisher:
                 raise ValueError("no password for simulated device %s" % name)
             self._accounts[(d - 1) % self.processes].append((d, name, passwords[name]))
         self._pipes: list[Connection] = []
-        self._procs: list[multiprocessing.process.BaseProcess] = []
+        self._procs: list[subprocess.Popen[bytes]] = []
         self._acked = 0
 
     def _worker_of(self, device_id: int) -> int:
@@ -93,17 +95,18 @@ class FleetPublisher:
 
     def connect(self, timeout: float = 10.0) -> None:
         """Start the workers and connect every device; ``ConnectionError`` says which failed."""
-        # spawn: a fresh interpreter, whatever threads the caller runs (fork would copy their locks).
-        ctx = multiprocessing.get_context("spawn")
         for accounts in self._accounts:
-            mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=_worker_main, daemon=True,
-                            args=(theirs, self.settings.broker_host, self.settings.broker_port,
-                                  self.settings.tls_ca, accounts, timeout))
-            p.start()
+            # A fresh interpreter per worker (``python -m``), whatever threads or main module the
+            # caller has; the passwords go over the socket pair, never on a command line.
+            mine, theirs = socket.socketpair()
+            p = subprocess.Popen([sys.executable, "-m", "dpsense.cloud.fleetpub", str(theirs.fileno())],
+                                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
             theirs.close()
-            self._pipes.append(mine)
+            pipe = Connection(mine.detach())
+            self._pipes.append(pipe)
             self._procs.append(p)
+            pipe.send((self.settings.broker_host, self.settings.broker_port, self.settings.tls_ca, accounts,
+                       timeout))
         for pipe in self._pipes:
             reply = self._recv(pipe, timeout + 30)
             if reply[0] != "connected":
@@ -187,10 +190,11 @@ class FleetPublisher:
             except OSError:
                 pass
         for p in self._procs:
-            p.join(10)
-            if p.is_alive():
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
                 p.kill()
-                p.join()
+                p.wait()
         for pipe in self._pipes:
             pipe.close()
         self._pipes, self._procs = [], []
@@ -198,8 +202,11 @@ class FleetPublisher:
 
 # -- worker process ---------------------------------------------------------------------------
 
-def _worker_main(pipe: Connection, host: str, port: int, tls_ca: str | None,
-                 accounts: list[tuple[int, str, str]], timeout: float) -> None:
+def _worker_main(pipe: Connection) -> None:
+    try:
+        host, port, tls_ca, accounts, timeout = pipe.recv()
+    except EOFError:
+        return
     try:
         w = _Worker(pipe, host, port, tls_ca, accounts)
         w.connect(timeout)
@@ -210,6 +217,8 @@ def _worker_main(pipe: Connection, host: str, port: int, tls_ca: str | None,
     pipe.send(("connected", len(accounts)))
     try:
         w.run()
+    except EOFError:            # the parent is gone: nobody waits for the PUBACKs
+        pass
     except (OSError, ConnectionError) as e:
         try:
             pipe.send(("error", "a simulated device lost the broker: %s" % e))
@@ -332,3 +341,7 @@ class _Worker:
                 self._service(0)
             except (OSError, ValueError):
                 pass
+
+
+if __name__ == "__main__":
+    _worker_main(Connection(int(sys.argv[1])))
