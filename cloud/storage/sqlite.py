@@ -55,6 +55,7 @@ def _storage_error(message: str, err: sqlite3.Error) -> StorageError:
     transient = code is not None and code & 0xFF in _TRANSIENT      # low byte: the primary code
     return (StorageUnavailable if transient else StorageError)(message)
 _KEYS_PER_QUERY = 500    # tokens per IN list, well below SQLite's 32766-parameter limit
+_ROWS_PER_INSERT = 1000  # rows per multi-row INSERT: 8000 parameters, below that limit too
 
 _DEAD_LETTERS_SQL = (
     """CREATE TABLE dead_letters (
@@ -252,12 +253,16 @@ class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
                  r.received_at) for r in readings]
         with self._write("store a batch of readings") as cur:
             added = 0
-            if rows:
-                cur.executemany(
+            for i in range(0, len(rows), _ROWS_PER_INSERT):
+                chunk = rows[i:i + _ROWS_PER_INSERT]
+                # One statement per chunk, not executemany: sqlite3 lets go of the GIL around every
+                # step, and with paho's thread waiting for it each hand-back costs a thread switch.
+                cur.execute(
                     "INSERT INTO readings (device_id, boot_id, seq, token, config_id, vals, topic,"
-                    " received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT (device_id, boot_id, seq) DO NOTHING", rows)
-                added = cur.rowcount
+                    " received_at) VALUES %s ON CONFLICT (device_id, boot_id, seq) DO NOTHING"
+                    % ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk)),
+                    [v for row in chunk for v in row])
+                added += cur.rowcount
             conflicts = self._conflicts(cur, readings, rows) if added < len(rows) else []
             self._insert_dead(cur, list(dead) + conflicts)
             self._count_batch(cur, len(readings) + len(dead), added, len(readings))

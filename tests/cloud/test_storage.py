@@ -106,6 +106,19 @@ def test_conflicting_duplicate_becomes_a_dead_letter(analyst: AnalystStore) -> N
     assert analyst.dead_letter_count() == 2
 
 
+def test_a_batch_longer_than_one_insert_statement_is_counted_and_kept_in_order(analyst: AnalystStore) -> None:
+    # 2500 rows: SQLite writes them in three multi-row INSERTs (cloud/storage/sqlite.py); 500 of
+    # them (every fifth) were stored before, and one repeats inside the batch at the very end.
+    before = [reading(9, 1, s) for s in range(0, 2500, 5)]
+    assert analyst.add_batch(before, []) == 500
+    batch = [reading(9, 1, s, at=2000.0 + s) for s in range(2500)] + [reading(9, 1, 1234, at=9999.0)]
+    assert analyst.add_batch(batch, []) == 2000
+    assert analyst.count() == 2500 and analyst.dead_letter_count() == 0
+    rows = [r for _, r in analyst.readings_after(0, 5000)]
+    assert [r.seq for r in rows[500:]] == [s for s in range(2500) if s % 5]     # arrival order
+    assert {r.received_at for r in rows if r.seq == 1234} == {2000.0 + 1234}
+
+
 def test_conflict_inside_one_batch_keeps_the_first(analyst: AnalystStore) -> None:
     first, second = reading(7, 1, 0, (1, 1)), reading(7, 1, 0, (2, 2))
     assert analyst.add_batch([first, second], []) == 1
