@@ -15,7 +15,9 @@ test: setup
 BENCHES = \
 	bench/sampler.py \
 	bench/detection.py \
-	bench/smooth.py
+	bench/smooth.py \
+	bench/ingest.py \
+	bench/simulator.py
 
 bench: setup
 	@status=0; for b in $(BENCHES); do \

@@ -130,8 +130,7 @@ class FleetPublisher:
         per: list[list[tuple[int, object, bytes]]] = [[] for _ in self._pipes]
         for m in items:
             per[self._worker_of(m[0])].append(m)
-        # Chunk by chunk, round robin: a worker takes its next chunk while it publishes the last,
-        # so a send blocks only as long as the slowest worker is a chunk behind.
+        # Chunk by chunk, round robin; a worker takes a chunk in between two slices of publishing.
         for i in range(0, max(len(ms) for ms in per), _CHUNK):
             for pipe, ms in zip(self._pipes, per):
                 if i < len(ms):
@@ -306,8 +305,9 @@ class _Worker:
         last_report = last_misc = time.monotonic()
         pipe, todo = self.pipe, self.todo
         while True:
-            # Read ahead while fewer than a chunk wait, so the parent's next send does not block.
-            if len(todo) < _CHUNK and pipe.poll():
+            # Take in whatever the parent sent, so its sends to the other workers never wait on a
+            # busy one for long.
+            if pipe.poll():
                 kind, value = pipe.recv()
                 if kind == "close":
                     break
