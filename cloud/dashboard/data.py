@@ -114,18 +114,24 @@ class StoreSource:
     ``open_store`` is called for every read and the store closed after it, so the source holds
     no connection between requests (an SQLite store may only be used by the thread that opened
     it). Reads of the same kind closer together than ``min_interval`` share one answer, so
-    several open pages and a Prometheus scrape cost one read.
+    several open pages and a Prometheus scrape cost one read; and a read is not repeated sooner
+    than ``1 / cost_share`` times its own duration after it (None: no such limit), because the per-device and gap
+    aggregates grow with the store (about 0.1 s per poll at 100,000 readings, bench/dashboard.py):
+    on a large store the page refreshes less often instead of taking a core.
     """
 
     _DETAIL_CACHE = 8
 
     def __init__(self, open_store: Callable[[], AnalystStore], *, min_interval: float = 0.5,
-                 clock: Callable[[], float] = time.time) -> None:
+                 cost_share: float | None = 0.1, clock: Callable[[], float] = time.time) -> None:
+        if cost_share is not None and not 0 < cost_share <= 1:
+            raise ValueError("cost_share must be in (0, 1] or None, got %r" % (cost_share,))
         self._open = open_store
         self._min_interval = min_interval
+        self._cost_share = cost_share
         self._clock = clock
         self._lock = threading.Lock()
-        self._memo: dict[str, tuple[float, object]] = {}
+        self._memo: dict[str, tuple[float, float, object]] = {}        # key -> (done at, took, value)
         self._stored: deque[tuple[float, int]] = deque()        # (clock, readings stored) per refresh
         self._details: OrderedDict[int, WindowCandidates] = OrderedDict()
 
@@ -170,13 +176,18 @@ class StoreSource:
             return f(store)
 
     def _cached(self, key: str, f: Callable[[], T]) -> T:
-        now = time.monotonic()
         hit = self._memo.get(key)
-        if hit is not None and now - hit[0] < self._min_interval:
-            return cast(T, hit[1])          # each key is only ever stored by one method
-        value = f()
-        self._memo[key] = (now, value)
-        return value
+        if hit is not None:
+            done, took, value = hit
+            wait = self._min_interval if self._cost_share is None else max(self._min_interval,
+                                                                            took / self._cost_share)
+            if time.monotonic() - done < wait:
+                return cast(T, value)       # each key is only ever stored by one method
+        t0 = time.monotonic()
+        fresh = f()
+        done = time.monotonic()
+        self._memo[key] = (done, done - t0, fresh)
+        return fresh
 
     def _read_summary(self) -> Summary:
         m = self._read(results.metrics)

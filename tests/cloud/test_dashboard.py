@@ -6,6 +6,7 @@ import http.client
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from fractions import Fraction
@@ -83,7 +84,7 @@ class Clock:
 
 
 def _source(url: str, clock: Clock | None = None) -> StoreSource:
-    return StoreSource(lambda: open_analyst_store(url), min_interval=0, clock=clock or (lambda: NOW))
+    return StoreSource(lambda: open_analyst_store(url), min_interval=0, cost_share=None, clock=clock or (lambda: NOW))
 
 
 def test_summary_is_the_stores_counters(url: str) -> None:
@@ -129,6 +130,18 @@ def test_reads_closer_than_min_interval_share_one_answer(url: str) -> None:
     assert src.summary() is src.summary()
     assert src.devices() is src.devices()
     assert len(opened) == 2
+
+
+def test_a_slow_read_is_repeated_only_after_its_cost_share(url: str) -> None:
+    """A read that took t seconds is reused for t / cost_share seconds, whatever min_interval says."""
+    def slow() -> Any:
+        time.sleep(0.2)
+        return open_analyst_store(url)
+    src = StoreSource(slow, min_interval=0, cost_share=0.1)
+    first = src.summary()
+    assert src.summary() is first               # within 10 x 0.2 s
+    with pytest.raises(ValueError):
+        StoreSource(slow, cost_share=0)
 
 
 def test_devices_show_readings_candidates_and_the_ledger(url: str) -> None:
