@@ -357,6 +357,7 @@ async function tick() {
       (REFRESH_MS / 1000) + " s";
     st.className = "";
     document.body.dataset.ready = "1";
+    document.body.dataset.ticks = String(Number(document.body.dataset.ticks || 0) + 1);   // for tests: refreshes done
   } catch (e) {
     fail(e);
   } finally {
