@@ -434,7 +434,8 @@ the minimum)</span></div>
 <h2>Devices</h2>
 <p class="about">Epsilon as each board's ledger reported it in its latest status message: spent in its
 current ledger window, against its cap, and per record in the worst case; the total is the readings
-held here times each boot's epsilon per record. "unknown": no status message from the device yet.</p>
+held here times each boot's epsilon per record. "unknown": not in the device's latest status message
+(none yet, or a device without a ledger, such as <code>dpsense simulate</code>'s).</p>
 <table id="devices">
 <thead><tr><th>device</th><th class="text">group</th><th>readings</th><th>candidates</th>
 <th class="text">last seen</th><th>&epsilon; spent, current window</th><th>&epsilon; total</th>
