@@ -1,6 +1,6 @@
 """What a dashboard refresh costs over an SQLite analyst store, as a markdown table.
 
-    python bench/dashboard.py                   # 100,000 readings, one done window; about 15 s
+    python bench/dashboard.py                   # 100,000 readings, one done window; about 10 s
     python bench/dashboard.py --readings 20000  # quicker
 
 The store holds ``--readings`` readings from 10 devices (2 columns, one status message each)
