@@ -6,7 +6,9 @@
 Windows are consecutive runs of ``window`` readings in arrival order; progress is kept
 in the store's meta table, so a restarted analyst continues with the next window. The
 analyst sees only released values (quanta) and tokens; it learns d_TP, w_O, FP and FN
-from the correction server, never a distance difference.
+(mode ``paper``) or R (mode ``bands``) from the correction server, never a distance
+difference. A window whose O' already holds about the expected share of outliers gets
+no round (``rules.needs_round``): R = O'.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from dpsense.cloud import topics
 from dpsense.cloud.correction import messages as msg
-from dpsense.cloud.correction.rules import reduce_rows
+from dpsense.cloud.correction.bands import make_bands
+from dpsense.cloud.correction.rules import needs_round, reduce_rows
 from dpsense.cloud.ingest.service import Connection
 from dpsense.cloud.outliers.dbscan import DBSCANOutliers
 from dpsense.cloud.outliers.distance import BetaRAnomalies, DistanceOutliers
@@ -40,6 +43,12 @@ class AnalystParams:
     points of DBSCAN(eps_q, min_samples), the paper's), ``kr`` (fewer than
     ``min_samples`` other readings within ``eps_q``, SPEC 4.1) or ``beta_r`` (at most
     ``min_samples`` readings, itself included, within ``eps_q``, SPEC 2.1).
+
+    ``mode`` is the correction protocol (``paper`` or ``bands``, whose bands are
+    ``band_width_q`` wide). Distances are measured from the provisioned ``centre_q``
+    when given (the never-worse guarantees need it), else from the window's mean. A
+    round is skipped when ``|O'|`` is within ``skip_margin`` of ``outlier_share * n``
+    (a negative margin never skips).
     """
 
     eps_q: float
@@ -47,6 +56,11 @@ class AnalystParams:
     window: int = 100_000
     round_timeout: float = 60.0
     detector: str = "dbscan"
+    mode: str = "paper"
+    band_width_q: float = 0.0
+    centre_q: tuple[float, ...] | None = None
+    outlier_share: float = 0.10
+    skip_margin: float = 0.05
 
     def __post_init__(self) -> None:
         if not self.eps_q > 0:
@@ -59,6 +73,12 @@ class AnalystParams:
             raise ValueError("window must be >= 2")
         if not self.round_timeout > 0:
             raise ValueError("round_timeout must be > 0")
+        if self.mode not in msg.MODES:
+            raise ValueError("mode must be one of %s" % (msg.MODES,))
+        if self.mode == "bands" and not self.band_width_q > 0:
+            raise ValueError("mode bands needs a band width > 0")
+        if not 0 < self.outlier_share < 1:
+            raise ValueError("outlier_share must be in (0, 1)")
 
 
 class RoundTimeout(RuntimeError):
@@ -117,18 +137,10 @@ class Analyst:
             return BetaRAnomalies(beta=p.min_samples, r=p.eps_q)
         return DBSCANOutliers(p.eps_q, p.min_samples)
 
-    def process_window(self, store: Any, window_id: int, start_row: int, size: int) -> dict[str, Any]:
-        """Detect on one window and run its correction round; returns the saved result."""
-        t0 = time.perf_counter()
-        w = store.window(start_row, size)
-        values = np.asarray(w.values, dtype=float)
-        n = len(w.row_ids)
-        presumed = np.flatnonzero(self.detector().fit_predict(values) == -1)
-        dist = np.linalg.norm(values - values.mean(axis=0), axis=1)
-        t_detect = time.perf_counter() - t0
-        t1 = time.perf_counter()
+    def _paper_round(self, window_id: int, tokens: list[bytes], presumed: np.ndarray, dist: np.ndarray,
+                     n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any], dict[str, Any]]:
         pub = self._client.publish
-        pub(topics.ROUND_TO_CS, msg.encode("presumed", window_id, tokens=msg.tokens_field(w.tokens),
+        pub(topics.ROUND_TO_CS, msg.encode("presumed", window_id, tokens=msg.tokens_field(tokens),
                                            presumed=presumed), qos=1)
         split = self._await(window_id, "split")
         rows = reduce_rows(dist, presumed, msg.number(split, "d_tp"), msg.number(split, "w_o"))
@@ -136,7 +148,37 @@ class Analyst:
         res = self._await(window_id, "result")
         fp = msg.positions(res, "fp", n)
         fn = msg.positions(res, "fn", n)
-        r = np.union1d(np.setdiff1d(presumed, fp), fn)
+        return np.union1d(np.setdiff1d(presumed, fp), fn), fp, fn, split, res
+
+    def process_window(self, store: Any, window_id: int, start_row: int, size: int) -> dict[str, Any]:
+        """Detect on one window and run its correction round; returns the saved result."""
+        p = self.params
+        t0 = time.perf_counter()
+        w = store.window(start_row, size)
+        values = np.asarray(w.values, dtype=float)
+        n = len(w.row_ids)
+        presumed = np.flatnonzero(self.detector().fit_predict(values) == -1)
+        centre = values.mean(axis=0) if p.centre_q is None else np.asarray(p.centre_q, dtype=float)
+        dist = np.linalg.norm(values - centre, axis=1)
+        t_detect = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        res: dict[str, Any] = {}
+        split: dict[str, Any] = {}
+        fp = fn = np.empty(0, dtype=np.intp)
+        skipped = not needs_round(int(presumed.size), n, p.outlier_share, p.skip_margin)
+        if skipped:
+            r = presumed
+        elif p.mode == "bands":
+            bands = make_bands(dist, p.band_width_q)
+            self._client.publish(topics.ROUND_TO_CS, msg.encode(
+                "bands", window_id, tokens=msg.tokens_field(w.tokens), width=bands.width,
+                edges=[float(e) for e in bands.edges], bands=bands.members), qos=1)
+            res = self._await(window_id, "result")
+            cand = msg.positions(res, "r", n)
+            r = np.union1d(cand, np.intersect1d(presumed, msg.positions(res, "unknown", n)))
+            fp, fn = np.setdiff1d(presumed, r), np.setdiff1d(r, presumed)
+        else:
+            r, fp, fn, split, res = self._paper_round(window_id, w.tokens, presumed, dist, n)
         t_round = time.perf_counter() - t1
         row_ids = np.asarray(w.row_ids)
         result = {
@@ -144,6 +186,7 @@ class Analyst:
             "presumed": int(presumed.size), "fp": int(fp.size), "fn": int(fn.size),
             "fn_l1": res.get("fn_l1"), "fn_l2": res.get("fn_l2"), "fn_l3": res.get("fn_l3"),
             "missing_corrections": res.get("missing"), "split_accepted": res.get("split_accepted"),
+            "mode": p.mode, "skipped": skipped,
             "candidates": int(r.size), "d_tp": split.get("d_tp"),
             "presumed_rows": [int(x) for x in row_ids[presumed]],
             "candidate_rows": [int(x) for x in row_ids[r]],

@@ -140,6 +140,14 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exit-when-done", action="store_true",
                    help="exit once every stored reading is in a processed window (needs --flush-idle)")
     p.add_argument("--no-ingest", action="store_true", help="only detect; another process runs `dpsense ingest`")
+    p.add_argument("--correction-mode", choices=("paper", "bands"), default="bands",
+                   help="correction round: paper (SPEC 1.5 messages) or bands (radial index sets; "
+                        "default); the correction server must run the same mode")
+    p.add_argument("--band-width", type=float,
+                   help="mode bands: band width in data units (default: profile.json)")
+    p.add_argument("--skip-margin", type=float, default=0.05,
+                   help="no round when |O'| is within this share of the expected outlier count "
+                        "(default 0.05; negative: always run the round)")
     add_common(p)
 
 
@@ -147,15 +155,23 @@ def do_analyst(args: argparse.Namespace) -> int:
 
     from dpsense.cloud.analyst import Analyst, AnalystParams
     from dpsense.cloud.broker import BrokerError
+    from dpsense.cloud.simulate import load_profile
     from dpsense.cloud.storage import open_analyst_store
     from dpsense.cloud.storage.repository import StorageError
     st = settings_from(args)
     stop = stop_on_sigterm()
     try:
         quantum = profile_default(args, st, "quantum", 0.01)
+        prof = load_profile(st.data_dir)
+        band_q = args.band_width / quantum if args.band_width is not None else (
+            prof.band_width_q if prof is not None else 0.0)
+        if args.correction_mode == "bands" and not band_q > 0:
+            raise ValueError("mode bands needs --band-width (data units) or a profile.json with a band width")
         params = AnalystParams(eps_q=profile_default(args, st, "dbscan_eps", 12.0) / quantum,
                                min_samples=int(profile_default(args, st, "dbscan_min_samples", 60)),
-                               window=args.window, detector=args.detector)
+                               window=args.window, detector=args.detector, mode=args.correction_mode,
+                               band_width_q=band_q, centre_q=prof.centre_q if prof is not None else None,
+                               skip_margin=args.skip_margin)
         opener = lambda: open_analyst_store(st.analyst_db)  # noqa: E731
         opener().close()            # create the database once, before two threads open it
         ingest = None
@@ -179,8 +195,13 @@ def do_analyst(args: argparse.Namespace) -> int:
 
 def parser_correction(p: argparse.ArgumentParser) -> None:
     p.add_argument("--w-o", type=float, help="outlier-layer width in quanta (default: profile.json)")
-    p.add_argument("--split", choices=("otsu", "trimmed_gap", "gap"), default="otsu",
-                   help="FP/TP split rule (SPEC 1.5; default otsu)")
+    p.add_argument("--correction-mode", choices=("paper", "bands"), default="bands",
+                   help="the one round mode this server answers (default bands); others get an error reply")
+    p.add_argument("--split", choices=("otsu", "trimmed_gap", "gap", "noise"), default="otsu",
+                   help="mode paper: FP/TP split rule (SPEC 1.5; default otsu; noise = the never-worse "
+                        "split, which also selects the provable FN layers)")
+    p.add_argument("--alpha", type=float, default=0.005,
+                   help="split noise: bound on P(d_diff > tau) for any row (default 0.005)")
     p.add_argument("--bound", choices=("R1", "R2", "R3"), default="R1", help="FN_L3 upper bound (default R1)")
     p.add_argument("--no-guard", action="store_true", help="accept every split (paper-literal; not advised)")
     p.add_argument("--no-ingest", action="store_true", help="only answer rounds; another process ingests")
@@ -191,28 +212,37 @@ def do_correction(args: argparse.Namespace) -> int:
 
     from dpsense.cloud.broker import BrokerError
     from dpsense.cloud.correction.rules import CorrectionParams
-    from dpsense.cloud.correction.server import CorrectionServer
+    from dpsense.cloud.correction.server import CorrectionServer, check_mode
     from dpsense.cloud.simulate import load_profile
     from dpsense.cloud.storage import open_correction_store
     from dpsense.cloud.storage.repository import StorageError
     st = settings_from(args)
     stop = stop_on_sigterm()
     try:
+        prof = load_profile(st.data_dir)
         w_o = args.w_o
         if w_o is None:
-            prof = load_profile(st.data_dir)
             if prof is None:
                 raise ValueError("give --w-o (outlier-layer width in quanta) or run `dpsense simulate` "
                                  "first, which writes profile.json")
             w_o = prof.w_o_q
-        params = CorrectionParams(w_o=float(w_o), split=args.split, bound=args.bound, guard=not args.no_guard)
+        if prof is None and (args.correction_mode == "bands" or args.split == "noise"):
+            raise ValueError("mode bands and split noise need profile.json (relaxed sensitivities and epsilon)")
+        noise = args.split == "noise"
+        params = CorrectionParams(w_o=float(w_o), split=args.split, bound=args.bound, guard=not args.no_guard,
+                                  layers="provable" if noise else "paper", alpha=args.alpha,
+                                  noise_scale=prof.noise_scale_q() if prof is not None else 0.0,
+                                  columns=len(prof.delta_q) if prof is not None else 2,
+                                  normal_radius=prof.normal_radius_q() if prof is not None else 0.0)
+        check_mode(args.correction_mode, params)
         opener = lambda: open_correction_store(st.correction_db)  # noqa: E731
         opener().close()            # create the database once, before two threads open it
         ingest = None
         if not args.no_ingest:
             ingest = IngestThread(connection_for(st, "correction", "dpsense-ingest-correction"), opener,
                              "correction", stop)
-        server = CorrectionServer(connection_for(st, "correction", "dpsense-correction"), params, opener)
+        server = CorrectionServer(connection_for(st, "correction", "dpsense-correction"), params, opener,
+                                  mode=args.correction_mode)
         try:
             server.run(stop)
         except KeyboardInterrupt:
