@@ -98,3 +98,139 @@ def test_analyst_rejects_an_unknown_detector():
     from dpsense.cloud.analyst import AnalystParams
     with pytest.raises(ValueError):
         AnalystParams(eps_q=1.0, min_samples=5, detector="iforest")
+
+
+def test_bands_round_equals_run_bands_and_leaves_unknown_rows_to_the_analyst():
+    from dpsense.cloud.correction.bands import make_bands, run_bands
+    tokens, d_diff, dist, _ = _window()
+    table = dict(zip(tokens, d_diff.tolist()))
+    lost = set(range(3, 2000, 11))
+    for i in lost:
+        del table[tokens[i]]
+    params = CorrectionParams(w_o=0.0, normal_radius=20.0)
+    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode="bands")
+    bands = make_bands(dist, 30.0)
+    res = msg.decode(rounds.handle(msg.decode(msg.encode(
+        "bands", 9, tokens=msg.tokens_field(tokens), width=bands.width, edges=[float(e) for e in bands.edges],
+        bands=bands.members))))
+    assert res["step"] == "result" and res["missing"] == len(lost)
+    assert set(res) == {"step", "round", "r", "unknown", "missing"}
+    ref = run_bands(d_diff, dist, 30.0, 20.0).r
+    assert res["r"] == sorted(set(ref.tolist()) - lost)
+    assert res["unknown"] == sorted(lost)
+
+
+@pytest.mark.parametrize("mode, opening", [("paper", "bands"), ("bands", "presumed")])
+def test_a_server_refuses_the_other_modes_rounds(mode, opening):
+    tokens, d_diff, dist, presumed = _window(200)
+    table = dict(zip(tokens, d_diff.tolist()))
+    rounds = CorrectionRounds(CorrectionParams(w_o=5.0, normal_radius=20.0), lambda ts: table, grace=0, mode=mode)
+    body = {"step": opening, "round": 1, "tokens": msg.tokens_field(tokens), "presumed": [], "width": 10,
+            "edges": [], "bands": []}
+    reply = msg.decode(rounds.handle(body))
+    assert reply["step"] == "error" and "answers mode %r rounds only" % mode in reply["reason"]
+
+
+def test_bands_mode_needs_a_normal_radius_and_a_known_mode():
+    with pytest.raises(ValueError):
+        CorrectionRounds(CorrectionParams(w_o=5.0), lambda ts: {}, mode="bands")
+    with pytest.raises(ValueError):
+        CorrectionRounds(CorrectionParams(w_o=5.0), lambda ts: {}, mode="secure")
+
+
+@pytest.mark.parametrize("bad", [
+    {"width": 10, "edges": [0, 10], "bands": [[0]]},                 # one index set for two edges
+    {"width": 10, "edges": [0, 10], "bands": [[0], [0]]},            # a row in two bands
+    {"width": 10, "edges": [10, 0], "bands": [[0], [1]]},            # edges not ascending
+    {"width": 0, "edges": [0], "bands": [[0]]},
+    {"width": 10, "edges": ["a"], "bands": [[0]]},
+    {"width": 10, "edges": [0], "bands": [[999]]},                   # outside the window
+])
+def test_bad_bands_messages_get_an_error_reply(bad):
+    tokens, d_diff, _, _ = _window(200)
+    rounds = CorrectionRounds(CorrectionParams(w_o=0.0, normal_radius=5.0), lambda ts: {}, grace=0, mode="bands")
+    reply = msg.decode(rounds.handle({"step": "bands", "round": 2, "tokens": msg.tokens_field(tokens), **bad}))
+    assert reply["step"] == "error"
+
+
+class _Store:
+    """One window of released values (quanta) and the analyst's saved results."""
+
+    def __init__(self, values, tokens):
+        from dpsense.cloud.storage.repository import Window
+        self.w = Window(row_ids=list(range(1, len(values) + 1)), tokens=tokens, values=values)
+        self.saved = {}
+
+    def window(self, start, size):
+        return self.w
+
+    def save_window_result(self, window_id, payload):
+        self.saved[window_id] = payload
+
+
+class _Loop:
+    """The broker: the analyst's round messages go to the correction server's logic and back."""
+
+    def __init__(self, analyst, rounds):
+        self.analyst, self.rounds = analyst, rounds
+
+    def publish(self, topic, payload, qos=0):
+        reply = self.rounds.handle(msg.decode(payload))
+        if reply is not None:
+            self.analyst._q.put(msg.decode(reply))
+
+
+def _fleet(n=3000, seed=5):
+    """A board-made window: core within 5 quanta of c = (100, -50), 300 outliers 400-600 out,
+    discrete Laplace noise of scale 8 quanta, d_diff as the boards compute it."""
+    from dpsense.cloud.experiments.noise import discrete_laplace
+    from dpsense.protocol.distance import distance_difference
+    rng = np.random.default_rng(seed)
+    c = np.array([100, -50])
+    ang = rng.uniform(0, 2 * np.pi, n)
+    rad = np.where(np.arange(n) < 300, rng.uniform(400, 600, n), rng.uniform(0, 5, n))
+    x = np.rint(c + rad[:, None] * np.c_[np.cos(ang), np.sin(ang)]).astype(np.int64)
+    xp = x + discrete_laplace(rng, 8.0, x.shape)
+    d = [distance_difference(list(map(int, a)), list(map(int, b)), [100, -50]) for a, b in zip(x, xp)]
+    tokens = [rng.bytes(8) for _ in range(n)]
+    return xp, tokens, dict(zip(tokens, d)), c, np.arange(n) < 300
+
+
+@pytest.mark.parametrize("mode", ["paper", "bands"])
+def test_analyst_window_round_in_each_mode(mode):
+    from dpsense.cloud.analyst import Analyst, AnalystParams
+    from dpsense.cloud.ingest.service import Connection
+    xp, tokens, table, c, outlier = _fleet()
+    params = CorrectionParams(w_o=200.0, split="noise", layers="provable", noise_scale=8.0, normal_radius=8.0)
+    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode=mode)
+    a = Analyst(Connection("127.0.0.1", 1, "analyst", "x", "t"), lambda: None,
+                AnalystParams(eps_q=10.0, min_samples=20, mode=mode, band_width_q=100.0,
+                              centre_q=(100.0, -50.0), skip_margin=-1.0))
+    a._client = _Loop(a, rounds)
+    store = _Store(xp, tokens)
+    res = a.process_window(store, 0, 1, len(tokens))
+    assert store.saved[0] is res and res["mode"] == mode and not res["skipped"]
+    cand = np.zeros(len(tokens), dtype=bool)
+    cand[np.asarray(res["candidate_rows"]) - 1] = True
+    # Every outlier is 400+ quanta out, every normal row within 5 (rho = 8): mode bands
+    # finds exactly the outliers; mode paper keeps O' and adds only abnormal rows.
+    if mode == "bands":
+        assert np.array_equal(cand, outlier)
+    else:
+        presumed = np.zeros(len(tokens), dtype=bool)
+        presumed[np.asarray(res["presumed_rows"]) - 1] = True
+        assert not (cand & ~presumed & ~outlier).any()
+
+
+def test_analyst_skips_the_paper_round_when_o_prime_is_near_the_expected_share():
+    from dpsense.cloud.analyst import Analyst, AnalystParams
+    from dpsense.cloud.ingest.service import Connection
+    xp, tokens, table, c, outlier = _fleet()
+    a = Analyst(Connection("127.0.0.1", 1, "analyst", "x", "t"), lambda: None,
+                AnalystParams(eps_q=10.0, min_samples=20, mode="paper", centre_q=(100.0, -50.0),
+                              skip_margin=0.1))
+    a._client = None                   # a round would fail: there is no broker
+    res = a.process_window(_Store(xp, tokens), 0, 1, len(tokens))
+    # |O'| = 322 is within 10 % of the expected 300.
+    assert res["skipped"] and res["candidate_rows"] == res["presumed_rows"]
+    assert res["presumed"] == 322
