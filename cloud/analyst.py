@@ -7,8 +7,8 @@ Windows are consecutive runs of ``window`` readings in arrival order; progress i
 in the store's meta table, so a restarted analyst continues with the next window. The
 analyst sees only released values (quanta) and tokens; it learns d_TP, w_O, FP and FN
 (mode ``paper``) or R (mode ``bands``) from the correction server, never a distance
-difference. A window whose O' already holds about the expected share of outliers gets
-no round (``rules.needs_round``): R = O'.
+difference. In mode paper a window whose O' already holds about the expected share of
+outliers gets no round (``rules.needs_round``): R = O'.
 """
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ class AnalystParams:
 
     ``mode`` is the correction protocol (``paper`` or ``bands``, whose bands are
     ``band_width_q`` wide). Distances are measured from the provisioned ``centre_q``
-    when given (the never-worse guarantees need it), else from the window's mean. A
-    round is skipped when ``|O'|`` is within ``skip_margin`` of ``outlier_share * n``
-    (a negative margin never skips).
+    when given (the never-worse guarantees need it), else from the window's mean. In
+    mode paper a round is skipped when ``|O'|`` is within ``skip_margin`` of
+    ``outlier_share * n`` (a negative margin never skips); mode bands always runs.
     """
 
     eps_q: float
@@ -165,7 +165,7 @@ class Analyst:
         res: dict[str, Any] = {}
         split: dict[str, Any] = {}
         fp = fn = np.empty(0, dtype=np.intp)
-        skipped = not needs_round(int(presumed.size), n, p.outlier_share, p.skip_margin)
+        skipped = p.mode == "paper" and not needs_round(int(presumed.size), n, p.outlier_share, p.skip_margin)
         if skipped:
             r = presumed
         elif p.mode == "bands":

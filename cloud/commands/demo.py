@@ -17,7 +17,9 @@ def parser_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epsilon", default="0.5", help="epsilon per column, a decimal (default 0.5)")
     p.add_argument("--seed", type=int, default=1, help="seed for data and noise (default 1)")
     p.add_argument("--out", default="out/demo", help="report and data folder (default out/demo)")
-    p.add_argument("--no-sweep", action="store_true", help="skip the accuracy-vs-epsilon sweep")
+    p.add_argument("--no-sweep", action="store_true", help="skip the recall-vs-epsilon sweep")
+    p.add_argument("--correction-mode", choices=("paper", "bands"), default="bands",
+                   help="correction round of both services: bands (default) or paper (never-worse rule)")
 
 
 def do_demo(args: argparse.Namespace) -> int:
@@ -27,7 +29,8 @@ def do_demo(args: argparse.Namespace) -> int:
     from dpsense.cloud.pipeline import DemoError, DemoOptions, run_pipeline_demo
     try:
         opts = DemoOptions(n=args.n, devices=args.devices, separation=args.separation, shape=args.shape,
-                           epsilon=args.epsilon, seed=args.seed, out=Path(args.out), sweep=not args.no_sweep)
+                           epsilon=args.epsilon, seed=args.seed, out=Path(args.out), sweep=not args.no_sweep,
+                           mode=args.correction_mode)
         return run_pipeline_demo(opts)
     except (ValueError, DemoError, BrokerError) as e:
         print("dpsense demo: %s" % e, file=sys.stderr)

@@ -146,7 +146,7 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
     p.add_argument("--band-width", type=float,
                    help="mode bands: band width in data units (default: profile.json)")
     p.add_argument("--skip-margin", type=float, default=0.05,
-                   help="no round when |O'| is within this share of the expected outlier count "
+                   help="mode paper: no round when |O'| is within this share of the expected outlier count "
                         "(default 0.05; negative: always run the round)")
     add_common(p)
 

@@ -85,11 +85,13 @@ def make_bands(dist: object, width: float) -> Bands:
     if d.ndim != 1 or not np.isfinite(d).all() or (d < 0).any():
         raise ValueError("dist must be a 1-D array of finite distances >= 0")
     k = np.floor(d / w).astype(np.int64)
-    order = np.argsort(k, kind="stable")
+    # A stable sort keeps each band's rows in ascending position order.
+    order = np.argsort(k, kind="stable").astype(np.intp)
     ks = k[order]
-    starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]]) if ks.size else _EMPTY
-    parts = np.split(order, starts[1:]) if ks.size else []
-    return Bands(edges=ks[starts].astype(float) * w, members=[np.sort(p).astype(np.intp) for p in parts], width=w)
+    if not ks.size:
+        return Bands(edges=np.empty(0), members=[], width=w)
+    starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+    return Bands(edges=ks[starts].astype(float) * w, members=np.split(order, starts[1:]), width=w)
 
 
 def lower_edges(n: int, bands: Bands) -> np.ndarray:
@@ -105,15 +107,14 @@ def lower_edges(n: int, bands: Bands) -> np.ndarray:
         raise ValueError("bands: edges must be finite and strictly ascending")
     check_width(bands.width)
     lower = np.full(n, np.nan)
-    seen = np.zeros(n, dtype=bool)
-    for e, rows in zip(edges, bands.members):
-        r = np.asarray(rows, dtype=np.intp)
-        if r.size and (r.min() < 0 or r.max() >= n):
-            raise ValueError("bands: row positions outside [0, %d)" % n)
-        if seen[r].any() or np.unique(r).size != r.size:
-            raise ValueError("bands: a row is in more than one band")
-        seen[r] = True
-        lower[r] = e
+    if not edges.size:
+        return lower
+    rows = np.concatenate([np.asarray(r, dtype=np.intp).ravel() for r in bands.members])
+    if rows.size and (rows.min() < 0 or rows.max() >= n):
+        raise ValueError("bands: row positions outside [0, %d)" % n)
+    if rows.size and np.bincount(rows, minlength=n).max() > 1:
+        raise ValueError("bands: a row is in more than one band")
+    lower[rows] = np.repeat(edges, [len(r) for r in bands.members])
     return lower
 
 
