@@ -172,6 +172,7 @@ class Row:
     correction_ms: float = math.nan
     skipped: bool | None = None
     split_accepted: bool | None = None
+    pinned: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -281,13 +282,13 @@ def run_window(cfg: Paper1Config, hist: History, x_q: np.ndarray, truth: np.ndar
     go = needs_round(int(presumed.size), n, cfg.outlier_percent / 100, cfg.skip_margin)
 
     def row(method: str, mask_r: np.ndarray, ms: float = math.nan, skipped: bool | None = None,
-            accepted: bool | None = None) -> Row:
+            accepted: bool | None = None, pinned: float = math.nan) -> Row:
         rec, prec = _score(mask_r, truth)
         rec_o, prec_o = _score(mask_r, o)
         return Row(separation=separation, epsilon=epsilon, seed=seed, run=run, method=method, recall=rec,
                    subset=int(np.count_nonzero(mask_r)) / n, precision=prec, recall_o=rec_o, precision_o=prec_o,
                    n_outliers=int(truth.sum()), n_o=int(o.sum()), n_presumed=int(presumed.size), jaccard=jac,
-                   correction_ms=ms, skipped=skipped, split_accepted=accepted)
+                   correction_ms=ms, skipped=skipped, split_accepted=accepted, pinned=pinned)
 
     rows = [row("raw", o), row("global", o_glob), row("relaxed", _mask(n, presumed))]
     rec, ms = _timed(lambda: run_protocol(d_diff, dist_mean, presumed, cfg.correction(hist.w_o_q)))
@@ -299,8 +300,18 @@ def run_window(cfg: Paper1Config, hist: History, x_q: np.ndarray, truth: np.ndar
     else:
         rows.append(row("paper", _mask(n, presumed), math.nan, True))
     bands, ms = _timed(lambda: run_bands(d_diff, dist, hist.band_width_q, hist.normal_radius_q))
-    rows.append(row("bands", _mask(n, bands.r), ms, False))  # type: ignore[attr-defined]
+    rows.append(row("bands", _mask(n, bands.r), ms, False,  # type: ignore[attr-defined]
+                    pinned=_pinned(bands.lower, d_diff, hist, truth)))  # type: ignore[attr-defined]
     return rows
+
+
+def _pinned(lower: np.ndarray, d_diff: np.ndarray, hist: History, truth: np.ndarray) -> float:
+    """Share of the normal rows for which CS's interval for |x - c| in mode bands lies
+    inside ``[0, rho]`` on one side: a lower bound above 0 or an upper bound below rho."""
+    lo = lower - d_diff - 1.0
+    hi = lower + hist.band_width_q - d_diff + 1.0
+    normal = ~truth
+    return float(np.mean((lo[normal] > 0) | (hi[normal] < hist.normal_radius_q))) if normal.any() else math.nan
 
 
 def run_paper1(cfg: Paper1Config, progress: Callable[[str], None] | None = None,
@@ -350,7 +361,8 @@ def _stat(values: Sequence[float]) -> Stat:
     return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0, float(a.min()), float(a.max())
 
 
-METRICS = ("recall", "subset", "precision", "recall_o", "precision_o", "correction_ms", "n_presumed", "jaccard")
+METRICS = ("recall", "subset", "precision", "recall_o", "precision_o", "correction_ms", "n_presumed", "jaccard",
+           "pinned")
 
 
 def summarise(rows: Sequence[Row]) -> dict[tuple[float, float, str], dict[str, Stat]]:
@@ -472,17 +484,21 @@ def markdown(cfg: Paper1Config, rows: Sequence[Row], elapsed_s: float | None = N
     lines += ["", "## Protocol diagnostics", "",
               "Jaccard(O, constructed) on T, mean |O'|, windows where mode paper ran no round (O' within the "
               "skip margin of the expected share), windows whose split removed rows (reconstruction / mode "
-              "paper), and the median in-process time of each correction per window in ms (rounds that ran).", "",
+              "paper), the median in-process time of each correction per window in ms (rounds that ran), and, "
+              "in mode bands, the share of normal rows for which the correction server's interval for the "
+              "raw distance lies inside [0, rho] on one side (a lower bound above 0 or an upper bound below "
+              "rho; docs/privacy.md).", "",
               "| separation | ε | Jaccard | abs(O') | no round | split: reconstruction / paper | ms: reconstruction "
-              "| ms: paper | ms: bands |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| ms: paper | ms: bands | bands: normal rows bounded % |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for sep in cfg.separations:
         for eps in cfg.epsilons:
             rec, pap, ban = (s[(sep, eps, m)] for m in CORRECTIONS)
             runs_n = int(rec["accepted"][1])
-            lines.append("| %g | %g | %.3f | %.0f | %d/%d | %d/%d / %d/%d | %.2f | %s | %s |" % (
+            lines.append("| %g | %g | %.3f | %.0f | %d/%d | %d/%d / %d/%d | %.2f | %s | %s | %s |" % (
                 sep, eps, rec["jaccard"][0], rec["n_presumed"][0], int(pap["skipped"][0]), runs_n,
                 int(rec["accepted"][0]), runs_n, int(pap["accepted"][0]), runs_n, rec["correction_ms"][0],
-                _ms(pap), _ms(ban)))
+                _ms(pap), _ms(ban), _pct(ban["pinned"])))
     return "\n".join(lines) + "\n"
 
 
