@@ -122,8 +122,7 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
         _say("broker on 127.0.0.1:%d; starting the correction server and the analyst (logs in %s)"
              % (settings.broker_port, logs))
         mode = ["--correction-mode", opts.mode]
-        cs = _service(["correction-server", *common, *mode, *(["--split", "noise"] if opts.mode == "paper" else [])],
-                      logs / "correction-server.log")
+        cs = _service(["correction-server", *common, *mode], logs / "correction-server.log")
         analyst = _service(["analyst", *common, *mode, "--window", str(opts.n), "--flush-idle", "3",
                             "--exit-when-done"], logs / "analyst.log")
         _wait_sessions([logs / "analyst.log", logs / "correction-server.log"])

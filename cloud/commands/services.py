@@ -197,9 +197,9 @@ def parser_correction(p: argparse.ArgumentParser) -> None:
     p.add_argument("--w-o", type=float, help="outlier-layer width in quanta (default: profile.json)")
     p.add_argument("--correction-mode", choices=("paper", "bands"), default="bands",
                    help="the one round mode this server answers (default bands); others get an error reply")
-    p.add_argument("--split", choices=("otsu", "trimmed_gap", "gap", "noise"), default="otsu",
-                   help="mode paper: FP/TP split rule (SPEC 1.5; default otsu; noise = the never-worse "
-                        "split, which also selects the provable FN layers)")
+    p.add_argument("--split", choices=("noise", "otsu", "trimmed_gap", "gap"), default="noise",
+                   help="mode paper: FP/TP split rule; noise (default) is the never-worse rule with the "
+                        "provable FN layers, otsu/trimmed_gap/gap the 2017 reconstruction (SPEC 1.5)")
     p.add_argument("--alpha", type=float, default=0.005,
                    help="split noise: bound on P(d_diff > tau) for any row (default 0.005)")
     p.add_argument("--bound", choices=("R1", "R2", "R3"), default="R1", help="FN_L3 upper bound (default R1)")
@@ -227,7 +227,8 @@ def do_correction(args: argparse.Namespace) -> int:
                                  "first, which writes profile.json")
             w_o = prof.w_o_q
         if prof is None and (args.correction_mode == "bands" or args.split == "noise"):
-            raise ValueError("mode bands and split noise need profile.json (relaxed sensitivities and epsilon)")
+            raise ValueError("mode bands and split noise need profile.json (relaxed sensitivities and epsilon); "
+                             "--correction-mode paper --split otsu runs the 2017 rules without it")
         noise = args.split == "noise"
         params = CorrectionParams(w_o=float(w_o), split=args.split, bound=args.bound, guard=not args.no_guard,
                                   layers="provable" if noise else "paper", alpha=args.alpha,
