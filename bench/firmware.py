@@ -1,10 +1,12 @@
-"""Per-reading cost of the board pipeline under the MicroPython unix port, and RAM after boot
-on the emulated micro:bit.
+"""Per-reading cost of the board pipeline under the MicroPython unix port, the heap the full
+firmware's modules take there, and RAM after boot on the emulated micro:bit.
 
     .venv/bin/python bench/firmware.py [--n 2000] [--no-qemu]
 
 Rows come from bench/upy_firmware.py, run once under `micropython` and once under CPython
-in the same run; the naive float Laplace row is the baseline on each interpreter.
+in the same run; the naive float Laplace row is the baseline on each interpreter. The heap
+rows import each set of modules into a fresh unix-port interpreter (64-bit: a 32-bit board
+needs less for the same objects) and give the bytes still allocated after a collection.
 """
 from __future__ import annotations
 
@@ -28,6 +30,29 @@ def run(exe: str, n: int) -> list[dict]:
     return [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
 
 
+# Module sets a board imports, and the modules they are made of; each in a fresh interpreter.
+HEAP_ROWS = (
+    ("full firmware, MQTT board (app, ring, mqtt, uplink)", "app, ring, mqtt, uplink"),
+    ("full firmware, serial board (app, ring, seriallink)", "app, ring, seriallink"),
+    ("shared_protocol.wire (with layout)", "shared_protocol.wire"),
+    ("shared_protocol.layout", "shared_protocol.layout"),
+    ("shared_protocol.ringlayout (with layout)", "shared_protocol.ringlayout"),
+    ("shared_protocol.topics", "shared_protocol.topics"),
+)
+_HEAP = ("import gc, sys\nsys.path.insert(0, 'firmware')\nsys.path.append('.')\nimport shared_protocol\n"
+         "gc.collect()\na = gc.mem_alloc()\nimport %s\ngc.collect()\nprint(gc.mem_alloc() - a)")
+
+
+def heap_rows(upy: str) -> list[tuple[str, str]]:
+    """Bytes allocated by importing each of HEAP_ROWS (after ``import shared_protocol``)."""
+    rows = []
+    for label, modules in HEAP_ROWS:
+        res = subprocess.run([upy, "-c", _HEAP % modules], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60)
+        rows.append((label, res.stdout.strip() if res.returncode == 0 else "failed: %s" % res.stderr[-200:]))
+    return rows
+
+
 def microbit_ram() -> list[tuple[str, str]]:
     """Free heap on the emulated micro:bit: after boot, after importing the node's modules
     (tools/deploy.MICROBIT_IMPORTS), and in the boot that checks a two-column config."""
@@ -40,6 +65,7 @@ def microbit_ram() -> list[tuple[str, str]]:
         from dpsense.tools import microbit as mb
         from dpsense.tools.deploy import (BOARDS, MICROBIT_CHECKER, MICROBIT_IMPORTS, default_uploads,
                                   deploy, plan, resolve_sources)
+        from dpsense.tools.provision import microbit_config_text
         from dpsense.tools.qemu import QemuMicrobit
     except ImportError as e:
         return [("unavailable", str(e))]
@@ -56,7 +82,7 @@ def microbit_ram() -> list[tuple[str, str]]:
             rows.append(("after boot", repl.exec(free, 20).strip()))
             deploy(repl, profile, default_uploads(profile)
                    + plan(profile, resolve_sources([MICROBIT_CHECKER])), log=lambda s: None)
-            repl.write_file("config.txt", mb.microbit_config_text(cfg).encode())
+            repl.write_file("config.txt", microbit_config_text(cfg).encode())
             repl.soft_reset()
             for i, step in enumerate(mb.MICROBIT_CHECK):
                 repl.exec(step, 30)
@@ -88,6 +114,12 @@ def main() -> int:
         base = rows[0]["us"]
         for r in rows:
             print("| %s | %s | %.1f | %.1f |" % (label, r["row"], r["us"], r["us"] / base))
+    if upy is not None:
+        print("\nHeap taken by importing the full firmware's modules (MicroPython unix port)\n")
+        print("| modules | bytes |")
+        print("|---|---:|")
+        for what, value in heap_rows(upy):
+            print("| %s | %s |" % (what, value))
     if not args.no_qemu:
         print("\nEmulated micro:bit (qemu-system-arm -M microbit, MicroPython 1.9.2, nRF51 16 KB RAM)\n")
         print("| moment | gc.mem_free() bytes |")

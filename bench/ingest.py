@@ -28,7 +28,8 @@ from dpsense.cloud.broker import Broker, free_port  # noqa: E402
 from dpsense.cloud.config import Settings  # noqa: E402
 from dpsense.cloud.datasets import paper1_synthetic  # noqa: E402
 from dpsense.cloud.ingest.service import Connection, IngestService  # noqa: E402
-from dpsense.cloud.simulate import FleetPublisher, calibrate, encode_fleet  # noqa: E402
+from dpsense.cloud.profile import calibrate  # noqa: E402
+from dpsense.cloud.simulate import FleetPublisher, encode_fleet  # noqa: E402
 from dpsense.cloud.storage import open_analyst_store  # noqa: E402
 
 
@@ -40,9 +41,9 @@ def _wait(pred, timeout: float = 300.0) -> None:
         time.sleep(0.005)
 
 
-def publish(settings: Settings, broker: Broker, enc, devices: int, done) -> tuple[float, float]:
+def publish(settings: Settings, passwords: dict[str, str], enc, devices: int, done) -> tuple[float, float]:
     """Seconds until the last PUBACK and until ``done()`` holds, both from the first publish."""
-    pub = FleetPublisher(settings, broker, devices)
+    pub = FleetPublisher(settings, passwords, devices)
     pub.connect()
     t0 = time.perf_counter()
     try:
@@ -61,19 +62,18 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="dpsense-bench-"))
     settings = Settings(data_dir=tmp, broker_port=free_port())
     broker = Broker(tmp, port=settings.broker_port)
-    broker.add_account("analyst")
-    for d in range(1, args.devices + 1):
-        broker.add_device(d)
+    analyst_pw = broker.add_account("analyst")
+    passwords = broker.add_devices(list(range(1, args.devices + 1)))
     data = paper1_synthetic(args.n, 220, seed=1)
     enc = encode_fleet(data.x, calibrate(data.x, "0.5", 0.01), args.devices, seed=1)
     rows = []
     with broker.running():
-        t_pub, _ = publish(settings, broker, enc, args.devices, lambda: True)
+        t_pub, _ = publish(settings, passwords, enc, args.devices, lambda: True)
         rows.append(("publisher alone (no subscriber)", t_pub, t_pub))
 
         count = [0]
-        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="bench-counter", protocol=mqtt.MQTTv311)
-        c.username_pw_set("analyst", broker.password("analyst"))
+        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="analyst", protocol=mqtt.MQTTv311)
+        c.username_pw_set("analyst", analyst_pw)
         c.on_message = lambda cl, u, m: count.__setitem__(0, count[0] + 1)
         subscribed = threading.Event()
         c.on_subscribe = lambda *a: subscribed.set()
@@ -81,13 +81,13 @@ def main() -> int:
         c.loop_start()
         c.subscribe(topics.READINGS_ALL, qos=1)
         subscribed.wait(5)
-        t_pub, t_done = publish(settings, broker, enc, args.devices, lambda: count[0] >= args.n)
+        t_pub, t_done = publish(settings, passwords, enc, args.devices, lambda: count[0] >= args.n)
         c.disconnect()
         c.loop_stop()
         rows.append(("count-only subscriber (baseline)", t_pub, t_done))
 
         db = tmp / "bench.db"
-        conn = Connection(broker.host, broker.port, "analyst", broker.password("analyst"), "bench-ingest")
+        conn = Connection(broker.host, broker.port, "analyst-ingest", analyst_pw, "analyst-ingest")
         svc = IngestService.for_analyst(conn, None, log=lambda s: None)
         stop = threading.Event()
 
@@ -98,9 +98,9 @@ def main() -> int:
 
         t = threading.Thread(target=run, daemon=True)
         t.start()
-        _wait(lambda: svc._connected.is_set(), 10)
+        _wait(lambda: svc.session.up.is_set(), 10)
         time.sleep(0.3)
-        t_pub, t_done = publish(settings, broker, enc, args.devices, lambda: svc.stats.stored >= args.n)
+        t_pub, t_done = publish(settings, passwords, enc, args.devices, lambda: svc.stats.stored >= args.n)
         stop.set()
         t.join(10)
         rows.append(("dpsense ingest -> SQLite (ack after commit)", t_pub, t_done))

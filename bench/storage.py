@@ -11,8 +11,8 @@ new readings at batch sizes 1, 100 and 500; a batch of 500 delivered again (all 
 the conflict check runs); and, as the baseline measured in the same run, the bare driver
 writing the same rows into a table with no unique key, one transaction per 500 rows
 (``executemany`` INSERT for SQLite, binary COPY for PostgreSQL). Without ``--postgres`` a
-throw-away server is started (``dpsense.cloud.storage.pgserver``); the PostgreSQL rows are left out,
-with the reason, when it is not installed.
+throw-away server is started (tests/pgserver.py, the test suite's); the PostgreSQL rows are left
+out, with the reason, when it is not installed.
 """
 from __future__ import annotations
 
@@ -29,8 +29,11 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpsense.cloud.storage import AnalystStore, Reading, StorageError, open_analyst_store
-from dpsense.cloud.storage.repository import pack_values
+# The checkout, for tests.pgserver: this script runs from a checkout, not from the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dpsense.cloud.storage import AnalystStore, Reading, StorageError, open_analyst_store  # noqa: E402
+from dpsense.cloud.storage.repository import pack_values  # noqa: E402
 
 BATCH_SIZES = (1, 100, 500)
 NCOLS = 3
@@ -174,13 +177,13 @@ def main(argv: list[str] | None = None) -> int:
 
         server = args.postgres
         if server is None:
-            from dpsense.cloud.storage.pgserver import PostgresNotFound, temporary_postgres
+            from tests.pgserver import PostgresNotFound, temporary_postgres
             try:
                 server = stack.enter_context(temporary_postgres())
             except PostgresNotFound as err:
                 notes.append("PostgreSQL rows left out: %s" % err)
         if server is not None:
-            from dpsense.cloud.storage.pgserver import create_database
+            from tests.pgserver import create_database
             tag = "%d_%d" % (os.getpid(), int(time.time()))
             databases = ("dpsense_bench_%s_%d" % (tag, i) for i in itertools.count())
             cells += store_cells("PostgreSQL", lambda: open_analyst_store(create_database(server, next(databases))),

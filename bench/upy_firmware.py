@@ -12,9 +12,9 @@ import sys
 sys.path.insert(0, ".")
 sys.path.insert(0, "firmware")
 
-from dpsense.protocol.fixedpoint import Affine  # noqa: E402
-from dpsense.protocol.mechanism import Column, RecordMechanism  # noqa: E402
-from dpsense.protocol.rng import UrandomRNG  # noqa: E402
+from shared_protocol.fixedpoint import Affine  # noqa: E402
+from shared_protocol.mechanism import Column, RecordMechanism  # noqa: E402
+from shared_protocol.rng import UrandomRNG  # noqa: E402
 from node import Node  # noqa: E402
 from ring import Ring  # noqa: E402
 from ledger import Ledger  # noqa: E402

@@ -100,8 +100,8 @@ def main(budget_ms):
 root = sys.argv[1] if len(sys.argv) > 1 else "."
 sys.path.insert(0, root)
 
-from dpsense.protocol.noise import DiscreteLaplace  # noqa: E402
-from dpsense.protocol.rng import UrandomRNG, XorShift32  # noqa: E402
+from shared_protocol.noise import DiscreteLaplace  # noqa: E402
+from shared_protocol.rng import UrandomRNG, XorShift32  # noqa: E402
 
 if __name__ == "__main__":
     main(int(sys.argv[2]) if len(sys.argv) > 2 else 500)

@@ -1,15 +1,39 @@
-"""Mosquitto on loopback, configured so that no accepted message is lost, with one account per role.
+"""Mosquitto configured so that no accepted message is lost, no account can pass for another,
+and no password crosses a network in clear.
 
     broker = Broker(Path("dpsense-data"), port=1883)
-    broker.add_account("analyst")            # role accounts: analyst, correction, curator
-    broker.add_device(7)                     # device account "d7"
+    pw = broker.add_account("analyst")       # role accounts: analyst, correction, curator, alerts
+    name, pw7 = broker.add_device(7)         # device account "d7"
     with broker.running():
         ...
 
-Everything lives under ``<data_dir>/broker``: ``mosquitto.conf``, ``passwd`` (hashed by
-``mosquitto_passwd``), ``acl`` (regenerated from ``accounts.json`` on every change, never
-edited by hand), ``credentials/<user>`` (mode 0600, for our own services and the simulator),
-``db/`` (persistence) and ``mosquitto.log``.
+Everything lives under ``<data_dir>/broker`` (0700, every file 0600): ``mosquitto.conf``,
+``passwd`` (hashed by ``mosquitto_passwd``), ``acl`` (regenerated from ``accounts.json`` on
+every change, never edited by hand), ``db/`` (persistence), ``tls/`` (the lab CA and the
+server certificate of cloud/tls.py) and ``mosquitto.log``. No password is kept in clear:
+``add_account`` returns it once and the caller shows it or writes it where the user asked
+(``dpsense broker add-account NAME --password-file PATH``); each service reads its own
+secret from a 0600 file or ``DPSENSE_BROKER_PASSWORD``.
+
+Identities. ``use_username_as_clientid true``: Mosquitto replaces whatever client id a
+client sends by its user name, so a connection's client id *is* its account and nobody
+can take over another account's session (a device that sends ``analyst-ingest`` as its
+client id gets the session ``d7``; the ingest keeps its own). The price is one account per
+connection: a service that opens two (the analyst and the correction server each run an
+ingest next to their round protocol) gets the pair ``NAME`` and ``NAME-ingest``, made
+together with one password and each with the narrowest ACL its connection needs.
+Mosquitto's dynamic-security plugin can bind a client id to an account too, but it binds
+only the ids it is told about (every device would need one bound as well), keeps its
+accounts in a file that only a running broker edits over MQTT with an admin password of
+its own, and replaces the plain ``acl_file`` this module generates; the option above
+gives the same guarantee with the files Mosquitto already reads.
+
+Access. Devices get a section each: write their own readings and status topics and the
+shared corrections topic, read their own acknowledgement topic, nothing else. Role rules
+are in ``_RULES``; an account without a section may do nothing.
+
+TLS. ``Broker(..., tls=ServerFiles)`` makes the listener MQTT over TLS (1.2 or later); a
+plain listener is refused anywhere but on loopback (``start``).
 
 Why the settings differ from Mosquitto's defaults:
 
@@ -25,6 +49,7 @@ Why the settings differ from Mosquitto's defaults:
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import pwd
@@ -35,54 +60,101 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from dpsense.cloud import topics
+from dpsense.cloud.errors import BrokerError, UsageError
+from dpsense.cloud.files import make_private, private_dir, write_private
 
-ROLES = ("analyst", "correction", "curator", "device")
+if TYPE_CHECKING:
+    from dpsense.cloud.tls import ServerFiles
+
+ROLES = ("analyst", "correction", "curator", "alerts", "device")
+# The further connections of a service (cloud/commands/services.py), each its own account
+# since a client id is an account name: its ingest, and the analyst's store of the boards'
+# status messages.
+INGEST_SUFFIX = "-ingest"
+STATUS_SUFFIX = "-status"
+_EXTRA = {"analyst": (INGEST_SUFFIX, STATUS_SUFFIX), "correction": (INGEST_SUFFIX,)}
+
+_RULES = {
+    # The round protocol; readings and status as before (a read-only tool may log in as it).
+    "analyst": ["topic deny " + topics.CORRECTIONS,
+                "topic read " + topics.READINGS_ALL,
+                "topic read " + topics.STATUS_ALL,
+                "topic write " + topics.ROUND_TO_CS,
+                "topic read " + topics.ROUND_TO_ANALYST,
+                "topic write " + topics.ALERTS_ALL],
+    # The analyst's ingest: stores readings, and acknowledges committed ones to each device.
+    "analyst-ingest": ["topic deny " + topics.CORRECTIONS,
+                       "topic read " + topics.READINGS_ALL,
+                       "topic read " + topics.STATUS_ALL,
+                       "topic write " + topics.ACK_ALL],
+    # The analyst's store of the boards' status messages (cloud/devices.py).
+    "analyst-status": ["topic read " + topics.STATUS_ALL],
+    "correction": ["topic read " + topics.CORRECTIONS,
+                   "topic read " + topics.ROUND_TO_CS,
+                   "topic write " + topics.ROUND_TO_ANALYST],
+    "correction-ingest": ["topic read " + topics.CORRECTIONS],
+    "curator": ["topic deny " + topics.CORRECTIONS,
+                "topic deny " + topics.READINGS_ALL],
+    # An operator's tools: the candidates of each window, nothing else.
+    "alerts": ["topic read " + topics.ALERTS_ALL],
+}
 
 
-class BrokerError(RuntimeError):
-    """The broker could not be configured or started; the text says what to do."""
+def _device_rules(user: str) -> list[str]:
+    return ["topic write " + topics.READINGS % user,
+            "topic write " + topics.STATUS % user,
+            "topic write " + topics.CORRECTIONS,
+            "topic read " + topics.ACK % user]
 
 
 def _acl_text(accounts: dict[str, str]) -> str:
     lines = [
         "# Generated by dpsense from accounts.json; edits are overwritten.",
         "# Devices: readings and status only under their own user name, corrections on the",
-        "# shared topic (it names no device, so the correction server cannot link tokens).",
-        "pattern write dpsense/readings/%u",
-        "pattern write dpsense/status/%u",
-        "pattern write " + topics.CORRECTIONS,
+        "# shared topic (it names no device, so the correction server cannot link tokens),",
+        "# and their own acknowledgements to read. Accounts without a section may do nothing.",
         "",
     ]
-    rules = {
-        "analyst": ["topic deny " + topics.CORRECTIONS,
-                    "topic read " + topics.READINGS_ALL,
-                    "topic read " + topics.STATUS_ALL,
-                    "topic write " + topics.ROUND_TO_CS,
-                    "topic read " + topics.ROUND_TO_ANALYST],
-        "correction": ["topic read " + topics.CORRECTIONS,
-                       "topic read " + topics.ROUND_TO_CS,
-                       "topic write " + topics.ROUND_TO_ANALYST],
-        "curator": ["topic deny " + topics.CORRECTIONS,
-                    "topic deny " + topics.READINGS_ALL],
-    }
     for user, role in sorted(accounts.items()):
-        if role in rules:
+        rules = _device_rules(user) if role == "device" else _RULES.get(role)
+        if rules:
             lines.append("user " + user)
-            lines.extend(rules[role])
+            lines.extend(rules)
             lines.append("")
     return "\n".join(lines)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return "was killed by %s" % signal.Signals(-code).name
+        except ValueError:
+            return "was killed by signal %d" % -code
+    return "exited with status %d" % code
 
 
 class Broker:
     """A Mosquitto instance owned by dpsense: configuration, accounts, process."""
 
-    def __init__(self, data_dir: Path | str, port: int = 1883, host: str = "127.0.0.1") -> None:
-        self.dir = Path(data_dir).resolve() / "broker"
+    def __init__(self, data_dir: Path | str, port: int = 1883, host: str = "127.0.0.1",
+                 tls: "ServerFiles | None" = None) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.dir = self.data_dir / "broker"
         self.host = host
         self.port = port
+        self.tls = tls
         self._proc: subprocess.Popen[bytes] | None = None
 
     # -- configuration -------------------------------------------------------------
@@ -94,30 +166,43 @@ class Broker:
     def log_path(self) -> Path:
         return self.dir / "mosquitto.log"
 
+    @property
+    def tls_dir(self) -> Path:
+        """Where ``dpsense broker make-ca`` and ``make-cert`` put their files by default."""
+        return self.dir / "tls"
+
     def _accounts(self) -> dict[str, str]:
         p = self.dir / "accounts.json"
         return json.loads(p.read_text()) if p.exists() else {}
 
     def accounts(self) -> dict[str, str]:
-        """User name -> role."""
+        """User name -> role (an ingest account's role is ``<role>-ingest``)."""
         return dict(self._accounts())
 
-    def write_config(self) -> Path:
-        for d in (self.dir, self.dir / "db", self.dir / "credentials"):
-            d.mkdir(parents=True, exist_ok=True)
-            os.chmod(d, 0o700)
+    def _prepare(self) -> None:
+        """The folders (0700) and the files Mosquitto reads, accounts and ACL as they are now."""
+        private_dir(self.data_dir)
+        for d in (self.dir, self.dir / "db"):
+            private_dir(d)
         passwd = self.dir / "passwd"
         if not passwd.exists():
-            passwd.touch(mode=0o600)
-        (self.dir / "acl").write_text(_acl_text(self._accounts()))
-        os.chmod(self.dir / "acl", 0o600)
+            write_private(passwd, b"")
+        write_private(self.dir / "acl", _acl_text(self._accounts()))
+
+    def write_config(self) -> Path:
+        self._prepare()
         user = pwd.getpwuid(os.getuid()).pw_name
+        listener = ["listener %d %s" % (self.port, self.host)]
+        if self.tls is not None:
+            listener += ["certfile %s" % self.tls.cert, "keyfile %s" % self.tls.key,
+                         "tls_version tlsv1.2"]
         conf = "\n".join([
             "# Generated by dpsense (cloud/broker.py explains each setting).",
             "per_listener_settings false",
-            "listener %d %s" % (self.port, self.host),
+            *listener,
             "allow_anonymous false",
-            "password_file %s" % passwd,
+            "use_username_as_clientid true",
+            "password_file %s" % (self.dir / "passwd"),
             "acl_file %s" % (self.dir / "acl"),
             "persistence true",
             "persistence_location %s/" % (self.dir / "db"),
@@ -139,13 +224,10 @@ class Broker:
             "user %s" % user,
             "",
         ])
-        self.conf_path.write_text(conf)
-        os.chmod(self.conf_path, 0o600)
+        write_private(self.conf_path, conf)
         return self.conf_path
 
-    def add_account(self, name: str, role: str | None = None, password: str | None = None) -> str:
-        """Create or reset an account; returns its password (also saved under credentials/)."""
-        role = role or name
+    def _check_name(self, name: str, role: str) -> None:
         if role not in ROLES:
             raise BrokerError("unknown role %r (one of %s)" % (role, ", ".join(ROLES)))
         if role == "device" and topics.device_id_of(name) is None:
@@ -154,47 +236,85 @@ class Broker:
             raise BrokerError("%r is a device name; give the %s account another name" % (name, role))
         if not name or any(c in name for c in "/+#: \t\n"):
             raise BrokerError("invalid account name %r" % name)
-        tool = shutil.which("mosquitto_passwd")
-        if tool is None:
-            raise BrokerError("mosquitto_passwd not found: install the Debian package 'mosquitto'")
-        self.write_config()
+        for suffix in (INGEST_SUFFIX, STATUS_SUFFIX):
+            if name.endswith(suffix):
+                raise BrokerError("%r: names ending in %s are the accounts made with their service's"
+                                  % (name, suffix))
+
+    def add_account(self, name: str, role: str | None = None, password: str | None = None) -> str:
+        """Create or reset an account (and its ingest account, for the analyst and correction
+        roles); its password, which is kept nowhere in clear: the caller passes it on."""
+        role = role or name
+        self._check_name(name, role)
         password = password or secrets.token_urlsafe(18)
-        res = subprocess.run([tool, "-b", str(self.dir / "passwd"), name, password],
-                             capture_output=True, text=True)
-        if res.returncode != 0:
-            raise BrokerError("mosquitto_passwd failed: %s" % (res.stderr.strip() or res.stdout.strip()))
-        cred = self.dir / "credentials" / name
-        cred.write_text(password)
-        os.chmod(cred, 0o600)
-        accounts = self._accounts()
-        accounts[name] = role
-        (self.dir / "accounts.json").write_text(json.dumps(accounts, indent=1, sort_keys=True))
-        self.write_config()
-        self.reload()
+        entries = {name: role}
+        for suffix in _EXTRA.get(role, ()):
+            entries[name + suffix] = role + suffix
+        self._set_passwords({user: password for user in entries}, entries)
         return password
 
     def add_device(self, device_id: int, password: str | None = None) -> tuple[str, str]:
         name = topics.device_username(device_id)
         return name, self.add_account(name, "device", password)
 
-    def password(self, name: str) -> str:
-        p = self.dir / "credentials" / name
-        if not p.exists():
-            raise BrokerError("no account %r: create it with `dpsense broker add-account %s`" % (name, name))
-        return p.read_text().strip()
+    def add_devices(self, device_ids: list[int]) -> dict[str, str]:
+        """Create or reset many device accounts in one go; user name -> new password."""
+        users = {topics.device_username(d): secrets.token_urlsafe(18) for d in device_ids}
+        self._set_passwords(users, {u: "device" for u in users})
+        return users
+
+    def _set_passwords(self, passwords: dict[str, str], roles: dict[str, str]) -> None:
+        """Hash ``passwords`` with ``mosquitto_passwd -U`` from a 0600 file that lives only for
+        the call (a password on its command line would show in ``ps``)."""
+        tool = shutil.which("mosquitto_passwd")
+        if tool is None:
+            raise BrokerError("mosquitto_passwd not found: install the Debian package 'mosquitto'")
+        for user, pw in passwords.items():
+            if not pw or any(c in pw for c in ":\n\r"):
+                raise BrokerError("a password must be one line without ':' (account %s)" % user)
+        self._prepare()
+        tmp = self.dir / (".passwd-new-%d" % os.getpid())
+        try:
+            write_private(tmp, "".join("%s:%s\n" % kv for kv in passwords.items()))
+            res = subprocess.run([tool, "-U", str(tmp)], capture_output=True, text=True)
+            if res.returncode != 0:
+                raise BrokerError("mosquitto_passwd failed: %s" % (res.stderr.strip() or res.stdout.strip()))
+            hashed = tmp.read_text().splitlines()
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        passwd = self.dir / "passwd"
+        kept = [line for line in passwd.read_text().splitlines()
+                if line and line.split(":", 1)[0] not in passwords]
+        write_private(passwd, "\n".join(kept + hashed) + "\n")
+        accounts = self._accounts()
+        accounts.update(roles)
+        write_private(self.dir / "accounts.json", json.dumps(accounts, indent=1, sort_keys=True))
+        self._prepare()
+        self.reload()
 
     # -- process -------------------------------------------------------------------
     def start(self, timeout: float = 10.0) -> None:
         exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
         if not os.path.exists(exe):
             raise BrokerError("mosquitto not found: install the Debian package 'mosquitto'")
+        if self.tls is None and not is_loopback(self.host):
+            raise UsageError("a plain-text listener on %s would carry every password in clear: "
+                             "listen on 127.0.0.1, or add --tls (after `dpsense broker make-ca` "
+                             "and `dpsense broker make-cert --host NAME`)" % self.host)
+        if self.tls is not None:
+            for f in (self.tls.cert, self.tls.key):
+                if not Path(f).is_file():
+                    raise UsageError("TLS: %s is missing: make it with `dpsense broker make-ca` "
+                                     "and `dpsense broker make-cert --host NAME`" % f)
         if _port_open(self.host, self.port):
             raise BrokerError("port %s:%d is already in use" % (self.host, self.port))
         self.write_config()
         errfile = self.dir / "mosquitto.stderr"
-        with open(errfile, "wb") as err:
+        with open(write_private(errfile, b""), "wb") as err:
+            # umask 077: the persistence file and the log Mosquitto creates stay private too.
             self._proc = subprocess.Popen([exe, "-c", str(self.conf_path)],
-                                          stdout=subprocess.DEVNULL, stderr=err)
+                                          stdout=subprocess.DEVNULL, stderr=err, umask=0o077)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -203,6 +323,7 @@ class Broker:
                 raise BrokerError("mosquitto exited with %s: %s (log: %s)"
                                   % (code, errfile.read_text(errors="replace").strip(), self.log_path))
             if _port_open(self.host, self.port):
+                make_private(self.log_path)
                 return
             time.sleep(0.05)
         self.stop()
@@ -247,6 +368,13 @@ class Broker:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    def died(self) -> str | None:
+        """None while our Mosquitto runs; once it has ended by itself, a line that says how."""
+        if self._proc is None or self._proc.poll() is None:
+            return None
+        return "mosquitto (pid %d) %s (log: %s)" % (self._proc.pid, _exit_text(self._proc.returncode),
+                                                   self.log_path)
 
     def wait(self) -> int:
         assert self._proc is not None

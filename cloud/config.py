@@ -6,6 +6,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dpsense.cloud.errors import UsageError
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -14,28 +16,35 @@ class Settings:
     broker_port: int = 1883
     analyst_db: str = ""
     correction_db: str = ""
+    # CA certificate (PEM) the broker's TLS certificate is checked against; "" = plain MQTT.
+    tls_ca: str = ""
 
     def __post_init__(self) -> None:
         if not 0 < self.broker_port < 65536:
-            raise ValueError("broker port must be in 1..65535")
+            raise UsageError("broker port must be in 1..65535, got %d" % self.broker_port)
         if not self.analyst_db:
             object.__setattr__(self, "analyst_db", "sqlite:///%s" % (Path(self.data_dir) / "analyst.db"))
         if not self.correction_db:
             object.__setattr__(self, "correction_db",
                                "sqlite:///%s" % (Path(self.data_dir) / "correction.db"))
         if self.analyst_db == self.correction_db:
-            raise ValueError("the analyst and the correction server must not share a database")
+            raise UsageError("the analyst and the correction server must not share a database")
 
     @classmethod
     def resolve(cls, **explicit: Any) -> "Settings":
         env = os.environ
         values: dict[str, Any] = {}
         for name, conv in (("data_dir", Path), ("broker_host", str), ("broker_port", int),
-                           ("analyst_db", str), ("correction_db", str)):
+                           ("analyst_db", str), ("correction_db", str),
+                           ("tls_ca", str)):
+            var = "DPSENSE_" + name.upper()
             if explicit.get(name) is not None:
                 values[name] = conv(explicit[name])
-            elif env.get("DPSENSE_" + name.upper()):
-                values[name] = conv(env["DPSENSE_" + name.upper()])
+            elif env.get(var):
+                try:
+                    values[name] = conv(env[var])
+                except ValueError:
+                    raise UsageError("%s=%r is not a valid %s" % (var, env[var], name.replace("_", " "))) from None
         return cls(**values)
 
     def with_(self, **changes: Any) -> "Settings":

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpsense.cloud.errors import DpsenseError
+
 SHAPES = ("scale", "shift")
 
 
@@ -91,7 +93,7 @@ def _shortest_cover(x: np.ndarray, share: float) -> np.ndarray:
     return (v[k - 1:] - v[:n - k + 1]).min(axis=0)
 
 
-class DataNotInstalled(RuntimeError):
+class DataNotInstalled(DpsenseError):
     """An offline data package is missing; the text names the pip command."""
 
 

@@ -17,6 +17,7 @@ from typing import TextIO
 import numpy as np
 
 from dpsense.cloud.datasets import paper1_synthetic, relaxed_sensitivity
+from dpsense.cloud.report import noise_source
 from dpsense.protocol import framing, wire
 from dpsense.protocol.fixedpoint import Affine, parse_decimal
 from dpsense.protocol.mechanism import Column, RecordMechanism
@@ -32,27 +33,29 @@ class SummaryOptions:
     epsilon: str = "0.5"
     quantum: float = 0.01
     domain: float = 2000.0
-    seed: int = 1
+    seed: int | None = None         # None: noise from the OS CSPRNG (data: seed 1)
 
 
 def run_summary(opts: SummaryOptions, out: TextIO = sys.stdout) -> int:
     eps = parse_decimal(opts.epsilon)
     w = out.write
     w("dpsense perturb: one window of a simulated sensor fleet through the board-side code\n\n")
-    data = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=opts.seed)
-    reference = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=opts.seed + 1000)
+    data_seed = 1 if opts.seed is None else opts.seed
+    data = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=data_seed)
+    reference = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=data_seed + 1000)
     rs_units = relaxed_sensitivity(reference.x)
     raw = np.rint(data.x / opts.quantum).astype(np.int64)
     span = int(round(opts.domain / opts.quantum))
     cols = [Column(Affine(1, 1, 0, -span, span), max(1, int(round(r / opts.quantum))), eps)
             for r in rs_units]
     centre = [0, 0]
-    rng = XorShift32(opts.seed) if opts.seed else _SystemRandom()
+    rng = XorShift32(opts.seed + 1) if opts.seed is not None else _SystemRandom()
     mech = RecordMechanism(cols, centre, rng)
     w("data       paper-1 synthetic: %d readings x 2 columns, %d%% outliers, separation %g (%s)\n"
       % (opts.n, round(100 * data.outlier.mean()), opts.separation, opts.shape))
     w("quantum    %g units; domain clamped to +-%g units (%d quanta per column)\n"
       % (opts.quantum, opts.domain, 2 * span))
+    w("noise      %s\n" % noise_source(opts.seed))
     w("relaxed sensitivity from reference data (95th - 5th percentile): %s units\n\n"
       % ", ".join("%.2f" % r for r in rs_units))
     out.flush()

@@ -4,7 +4,9 @@ Starts Mosquitto, the correction server and the analyst as separate processes wi
 their own accounts and databases, publishes a simulated fleet (the paper-1 synthetic
 data, perturbed record by record by ``shared_protocol``), lets the analyst detect and
 run the correction round, then compares the candidates with the ground truth, prints a
-table and writes an HTML report. Everything it started is stopped at the end.
+table and writes an HTML report. Everything it started is stopped at the end. Its data
+directory is 0700 and every file in it 0600 (cloud/files.py); each service gets its
+broker password in its own environment, and no password is written anywhere.
 """
 from __future__ import annotations
 
@@ -17,15 +19,20 @@ import time
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from collections.abc import Callable
 from typing import TextIO
 
 import numpy as np
 
+from dpsense.cloud import topics
 from dpsense.cloud.broker import Broker, free_port
 from dpsense.cloud.config import Settings
 from dpsense.cloud.datasets import paper1_synthetic
-from dpsense.cloud.report import evaluate, scatter_png, sweep_png, write_html
-from dpsense.cloud.simulate import FleetPublisher, calibrate, encode_fleet, save_ground_truth
+from dpsense.cloud.errors import DpsenseError
+from dpsense.cloud.files import private_dir, write_private
+from dpsense.cloud.report import NOT_PRIVATE, evaluate, noise_source, scatter_png, sweep_png, write_html
+from dpsense.cloud.profile import calibrate, save_profile
+from dpsense.cloud.simulate import FleetPublisher, encode_fleet, save_ground_truth
 from dpsense.cloud.storage import open_analyst_store, open_correction_store
 from dpsense.protocol.fixedpoint import parse_decimal
 
@@ -40,7 +47,7 @@ class DemoOptions:
     shape: str = "scale"
     epsilon: str = "0.5"
     quantum: float = 0.01
-    seed: int = 1
+    seed: int | None = None         # None: noise from the OS CSPRNG (data: seed 1)
     out: Path = Path("out/demo")
     sweep: bool = True
     timeout: float = 600.0
@@ -56,7 +63,7 @@ class DemoOptions:
             raise ValueError("mode must be paper or bands")
 
 
-class DemoError(RuntimeError):
+class DemoError(DpsenseError):
     pass
 
 
@@ -64,22 +71,24 @@ def _say(msg: str) -> None:
     print("demo: " + msg, file=sys.stderr, flush=True)
 
 
-def _service(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    with open(log, "wb") as f:
+def _service(args: list[str], log: Path, password: str) -> subprocess.Popen[bytes]:
+    """A service process; its broker password travels in its environment only."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               DPSENSE_BROKER_PASSWORD=password)
+    with open(write_private(log, b""), "wb") as f:
         return subprocess.Popen([sys.executable, "-m", "dpsense.cloud.cli", *args], env=env,
                                 stdout=f, stderr=subprocess.STDOUT)
 
 
-def _wait_sessions(logs: list[Path], timeout: float = 30.0) -> None:
+def _wait_sessions(logs: list[tuple[Path, str]], timeout: float = 30.0) -> None:
     """Devices may publish only once both ingest sessions are subscribed at the broker."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if all(p.exists() and b"ingest: subscribed" in p.read_bytes() for p in logs):
+        if all(p.exists() and ("ingest: subscribed to " + topic).encode() in p.read_bytes() for p, topic in logs):
             return
         time.sleep(0.1)
     raise DemoError("services did not subscribe within %.0f s (logs: %s)"
-                    % (timeout, ", ".join(str(p) for p in logs)))
+                    % (timeout, ", ".join(str(p) for p, _ in logs)))
 
 
 def _stop(proc: subprocess.Popen[bytes] | None) -> None:
@@ -98,23 +107,24 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
     logs = opts.out / "logs"
     if data_dir.exists():
         shutil.rmtree(data_dir)
-    logs.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
+    private_dir(logs)
     settings = Settings(data_dir=data_dir, broker_port=free_port())
     common = ["--data-dir", str(data_dir), "--broker-port", str(settings.broker_port)]
 
     _say("generating %d readings (paper-1 synthetic, separation %g) and calibrating on reference data"
          % (opts.n, opts.separation))
-    data = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=opts.seed)
-    ref = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=opts.seed + 1000)
+    data_seed = 1 if opts.seed is None else opts.seed
+    data = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=data_seed)
+    ref = paper1_synthetic(opts.n, opts.separation, opts.shape, seed=data_seed + 1000)
     profile = calibrate(ref.x, opts.epsilon, opts.quantum)
-    (data_dir).mkdir(parents=True, exist_ok=True)
-    (data_dir / "profile.json").write_text(profile.to_json())
+    save_profile(data_dir, profile)
 
     broker = Broker(data_dir, port=settings.broker_port)
-    broker.add_account("analyst")
-    broker.add_account("correction")
-    for d in range(1, opts.devices + 1):
-        broker.add_device(d)
+    # Passwords live in this process and the environment of the service they belong to.
+    analyst_pw = broker.add_account("analyst")
+    correction_pw = broker.add_account("correction")
+    device_pws = broker.add_devices(list(range(1, opts.devices + 1)))
     cs = analyst = None
     timings: dict[str, float] = {}
     try:
@@ -122,17 +132,18 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
         _say("broker on 127.0.0.1:%d; starting the correction server and the analyst (logs in %s)"
              % (settings.broker_port, logs))
         mode = ["--correction-mode", opts.mode]
-        cs = _service(["correction-server", *common, *mode], logs / "correction-server.log")
+        cs = _service(["correction-server", *common, *mode], logs / "correction-server.log", correction_pw)
         analyst = _service(["analyst", *common, *mode, "--window", str(opts.n), "--flush-idle", "3",
-                            "--exit-when-done"], logs / "analyst.log")
-        _wait_sessions([logs / "analyst.log", logs / "correction-server.log"])
+                            "--exit-when-done"], logs / "analyst.log", analyst_pw)
+        _wait_sessions([(logs / "analyst.log", topics.READINGS_ALL),
+                        (logs / "correction-server.log", topics.CORRECTIONS)])
 
         _say("perturbing on %d simulated devices (shared_protocol, exact discrete Laplace)" % opts.devices)
         t0 = time.perf_counter()
         enc = encode_fleet(data.x, profile, opts.devices, opts.seed, progress=_progress("perturbed"))
         timings["perturb"] = time.perf_counter() - t0
         save_ground_truth(data_dir / "groundtruth.npz", enc, data.outlier, profile)
-        pub = FleetPublisher(settings, broker, opts.devices)
+        pub = FleetPublisher(settings, device_pws, opts.devices)
         pub.connect()
         try:
             _say("publishing %d messages with QoS 1" % (2 * opts.n))
@@ -171,7 +182,7 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
     if opts.sweep:
         _say("recall vs epsilon: the same data through the in-process experiment at epsilon 0.1, 0.5, 1")
         from dpsense.cloud.experiments.paper1 import Paper1Config, run_paper1
-        cfg = Paper1Config(separations=(opts.separation,), epsilons=(0.1, 0.5, 1.0), seeds=(opts.seed,), n=opts.n,
+        cfg = Paper1Config(separations=(opts.separation,), epsilons=(0.1, 0.5, 1.0), seeds=(data_seed,), n=opts.n,
                            shape=opts.shape)
         rows = run_paper1(cfg)
 
@@ -193,13 +204,15 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
     w("\nprivacy   epsilon %s per column, %s per reading for normal readings (relaxed sensitivity %s quanta);\n"
       "          readings outside the normal range get up to epsilon %.4g per reading, by design\n"
       % (opts.epsilon, eps * m, "/".join(str(d) for d in profile.delta_q), float(worst)))
+    w("noise     %s\n" % noise_source(opts.seed))
     w("delivery  %d readings and %d correction records stored, %d dead letters, %d missing sequence numbers\n"
       % (stored, corr, dead, sum(g.missing for g in gaps)))
     w("timings   perturb %.1f s, publish + PUBACK %.1f s (%.0f readings/s), analyst after publish %.1f s "
       "(detection %.1f s, correction round %.2f s)\n" % (timings["perturb"], timings["publish"],
         opts.n / timings["publish"], timings["analyst"], detect_s, round_s))
     if rows:
-        w("\nrecall vs epsilon (same data, in-process, DBSCAN calibrated on the reference, 1 run):\n")
+        w("\nrecall vs epsilon (same data, in-process, DBSCAN calibrated on the reference, 1 run, seed %d: %s):\n"
+          % (data_seed, NOT_PRIVATE))
         w("%-8s %-36s %10s %10s %10s\n" % ("epsilon", "method", "recall", "subset", "precision"))
         for r in rows:
             if r.method in ("global", "relaxed", "paper", "bands"):
@@ -213,6 +226,7 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
     table = [
         ("readings", "%d from %d devices" % (opts.n, opts.devices)),
         ("epsilon", "%s per column, %s per reading (normal readings)" % (opts.epsilon, eps * m)),
+        ("noise", noise_source(opts.seed)),
         ("outliers O (DBSCAN on raw)", str(ev.outliers)),
         ("without correction: recall, subset, precision", "%d (%.1f%%), %d candidates (%.1f%%), %.1f%%" % (
             ev.found_presumed, 100 * ev.accuracy_presumed, ev.presumed, 100 * ev.subset_presumed,
@@ -233,7 +247,7 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
     return 0
 
 
-def _progress(label: str):  # type: ignore[no-untyped-def]
+def _progress(label: str) -> Callable[[int, int], None]:
     def report(i: int, n: int) -> None:
         print("  %s %d / %d" % (label, i, n), file=sys.stderr, flush=True)
     return report

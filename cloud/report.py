@@ -16,6 +16,19 @@ import numpy as np
 
 from dpsense.cloud.outliers.dbscan import DBSCANOutliers
 
+NOT_PRIVATE = "reproducible, not private"
+
+
+def noise_source(seed: int | None) -> str:
+    """How a run drew its boards' noise, for its output: fresh entropy unless a seed was asked for.
+
+    A seeded run's noise can be replayed from the seed (the issue's replay recovered every raw
+    reading), so its output says so wherever it reports the privacy it had.
+    """
+    if seed is None:
+        return "fresh entropy (secrets, the OS CSPRNG)"
+    return "seed %d: %s" % (seed, NOT_PRIVATE)
+
 
 @dataclass
 class Evaluation:

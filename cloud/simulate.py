@@ -5,6 +5,10 @@ exactly as a board does it (``dpsense.protocol.mechanism.RecordMechanism`` and
 ``firmware/node.py``'s order of messages), then published with QoS 1 under the device's
 own account. The ground truth (raw values and outlier labels) is written next to the
 broker data for evaluation only; no service reads it.
+
+The device profile the fleet is provisioned with is cloud/profile.py's; the ``dpsense
+simulate`` command (cloud/commands/simulate.py) and the demo (cloud/pipeline.py) are the
+only users of this module.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
@@ -22,48 +27,13 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from dpsense.cloud import topics
-from dpsense.cloud.broker import Broker
+from dpsense.cloud.files import write_private
 from dpsense.cloud.config import Settings
+from dpsense.cloud.profile import DeviceProfile
 from dpsense.protocol import wire
-from dpsense.protocol.fixedpoint import Affine, parse_decimal
-from dpsense.protocol.mechanism import Column, RecordMechanism
+from dpsense.protocol.mechanism import RecordMechanism
 from dpsense.protocol.rng import XorShift32
 from dpsense.protocol.tokens import new_token
-
-
-@dataclass(frozen=True)
-class DeviceProfile:
-    """What provisioning gives a device: scaling, relaxed sensitivity, epsilon, centre."""
-
-    quantum: float
-    domain: float
-    delta_q: tuple[int, ...]
-    epsilon: str
-    centre_q: tuple[int, ...]
-    config_id: int = 1
-    w_o_q: float = 0.0
-    dbscan_eps: float = 12.0
-    dbscan_min_samples: int = 60
-    band_width_q: float = 0.0
-
-    def mechanism(self, rng: object) -> RecordMechanism:
-        span = int(round(self.domain / self.quantum))
-        eps = parse_decimal(self.epsilon)
-        cols = [Column(Affine(1, 1, 0, -span, span), d, eps) for d in self.delta_q]
-        return RecordMechanism(cols, list(self.centre_q), rng)
-
-    def noise_scale_q(self) -> float:
-        """b, the largest per-column noise scale in quanta (public: sensitivity / epsilon)."""
-        num, den = parse_decimal(self.epsilon)
-        return max(self.delta_q) * den / num
-
-    def normal_radius_q(self) -> float:
-        """rho in quanta: half the diagonal of the relaxed-sensitivity box."""
-        from dpsense.cloud.correction.rules import normal_radius
-        return normal_radius(self.delta_q)
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__)
 
 
 @dataclass
@@ -83,51 +53,92 @@ class _SystemRandom:
         return secrets.randbits(k)
 
 
+def boot_id_now() -> int:
+    return int(time.time()) & 0xFFFFFFFF
+
+
+class FleetEncoder:
+    """Per-device mechanisms, random sources and sequence numbers, kept across calls."""
+
+    def __init__(self, profile: DeviceProfile, devices: int, seed: int | None, boot_id: int = 1) -> None:
+        if devices < 1:
+            raise ValueError("devices must be >= 1")
+        self.profile = profile
+        self.devices = devices
+        self.boot_id = boot_id
+        self.seeded = seed is not None
+        self._rngs = [XorShift32(seed * 1000 + d + 1) if seed is not None else _SystemRandom()
+                      for d in range(devices)]
+        self._mechs: list[RecordMechanism] = [profile.mechanism(rng) for rng in self._rngs]
+        self._seq = [0] * devices
+        self._next = 0                  # the device of the next row (round robin)
+
+    def encode(self, x: np.ndarray, progress: Callable[[int, int], None] | None = None) -> Encoded:
+        """Perturb and encode every row of ``x`` (units), continuing each device's sequence."""
+        n = len(x)
+        raw_q = np.rint(x / self.profile.quantum).astype(np.int64)
+        dev_ids = np.empty(n, dtype=np.int64)
+        seqs = np.empty(n, dtype=np.int64)
+        released = np.empty_like(raw_q)
+        readings: list[bytes] = []
+        corrections: list[bytes] = []
+        step = max(1, n // 10)
+        for i in range(n):
+            d = self._next
+            self._next = (d + 1) % self.devices
+            _, out, dd = self._mechs[d].perturb([int(v) for v in raw_q[i]])
+            tok = new_token(self._rngs[d])
+            readings.append(wire.encode_reading(d + 1, self.boot_id, self._seq[d], tok, self.profile.config_id, out))
+            corrections.append(wire.encode_correction(tok, dd))
+            dev_ids[i] = d + 1
+            seqs[i] = self._seq[d]
+            released[i] = out
+            self._seq[d] += 1
+            if progress and (i + 1) % step == 0:
+                progress(i + 1, n)
+        return Encoded(dev_ids, seqs, readings, corrections, raw_q, released)
+
+    def status(self, device_id: int) -> bytes:
+        """The ``boot`` status message of a device, in a board's words (firmware/app.py)."""
+        m = self._mechs[device_id - 1]
+        doc = {"event": "boot", "device": device_id, "boot": self.boot_id, "board": "simulated",
+               "entropy": "xorshift32 (seeded)" if self.seeded else "secrets",
+               "eps_record": str(Fraction(*m.epsilon_row())), "eps_record_worst": str(Fraction(*m.epsilon_row_worst())),
+               "sensor": "simulated"}
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+
 def encode_fleet(x: np.ndarray, profile: DeviceProfile, devices: int, seed: int | None,
                  boot_id: int = 1, progress: Callable[[int, int], None] | None = None) -> Encoded:
-    """Perturb and encode every row of ``x`` (units); row i belongs to device ``i % devices + 1``."""
-    n = len(x)
-    raw_q = np.rint(x / profile.quantum).astype(np.int64)
-    mechs, rngs = [], []
-    for d in range(devices):
-        rng = XorShift32(seed * 1000 + d + 1) if seed else _SystemRandom()
-        rngs.append(rng)
-        mechs.append(profile.mechanism(rng))
-    seq_next = [0] * devices
-    dev_ids = np.empty(n, dtype=np.int64)
-    seqs = np.empty(n, dtype=np.int64)
-    released = np.empty_like(raw_q)
-    readings: list[bytes] = []
-    corrections: list[bytes] = []
-    step = max(1, n // 10)
-    for i in range(n):
-        d = i % devices
-        _, out, dd = mechs[d].perturb([int(v) for v in raw_q[i]])
-        tok = new_token(rngs[d])
-        readings.append(wire.encode_reading(d + 1, boot_id, seq_next[d], tok, profile.config_id, out))
-        corrections.append(wire.encode_correction(tok, dd))
-        dev_ids[i] = d + 1
-        seqs[i] = seq_next[d]
-        released[i] = out
-        seq_next[d] += 1
-        if progress and (i + 1) % step == 0:
-            progress(i + 1, n)
-    return Encoded(dev_ids, seqs, readings, corrections, raw_q, released)
+    """Perturb and encode every row of ``x`` (units); row i belongs to device ``i % devices + 1``.
+
+    ``seed`` None (the commands' default): each device draws its noise and tokens from the
+    OS CSPRNG, as a board does from its hardware RNG. An int seeds a ``XorShift32`` per
+    device: the run is reproducible and its noise can be replayed, so it is not private.
+    """
+    return FleetEncoder(profile, devices, seed, boot_id).encode(x, progress)
 
 
 class FleetPublisher:
-    """One MQTT connection per virtual device; QoS 1; waits for every PUBACK."""
+    """One MQTT connection per virtual device (over TLS when the settings name a CA); QoS 1;
+    waits for every PUBACK. ``passwords``: account -> password, as the broker gave them when
+    it made the accounts (it keeps no copy)."""
 
-    def __init__(self, settings: Settings, broker: Broker, devices: int) -> None:
+    def __init__(self, settings: Settings, passwords: dict[str, str], devices: int) -> None:
         self.settings = settings
         self.clients: list[mqtt.Client] = []
         self._acked = 0
         self._lock = threading.Lock()
         for d in range(1, devices + 1):
             name = topics.device_username(d)
-            c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="sim-" + name,
+            if name not in passwords:
+                raise ValueError("no password for simulated device %s" % name)
+            # The broker makes the account name the client id (cloud/broker.py).
+            c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=name,
                             clean_session=True, protocol=mqtt.MQTTv311)
-            c.username_pw_set(name, broker.password(name))
+            c.username_pw_set(name, passwords[name])
+            if settings.tls_ca:
+                c.tls_set(ca_certs=settings.tls_ca)
             c.max_inflight_messages_set(1000)
             c.max_queued_messages_set(0)
             c.on_publish = self._on_publish
@@ -136,6 +147,12 @@ class FleetPublisher:
     def _on_publish(self, client: mqtt.Client, userdata: object, mid: int, reason: object, props: object) -> None:
         with self._lock:
             self._acked += 1
+
+    @property
+    def acked(self) -> int:
+        """Messages the broker acknowledged so far."""
+        with self._lock:
+            return self._acked
 
     def connect(self) -> None:
         for c in self.clients:
@@ -177,115 +194,14 @@ class FleetPublisher:
 
 
 def save_ground_truth(path: Path, enc: Encoded, outlier: np.ndarray, profile: DeviceProfile) -> None:
-    np.savez_compressed(path, device_id=enc.device_ids, seq=enc.seqs, raw_q=enc.raw_q,
-                        released_q=enc.released_q, outlier=outlier,
-                        profile=np.array(profile.to_json()))
+    """The raw values, for evaluation only: a file only its owner may read (0600 from the start)."""
+    with open(write_private(path, b""), "r+b") as f:
+        np.savez_compressed(f, device_id=enc.device_ids, seq=enc.seqs, raw_q=enc.raw_q,
+                            released_q=enc.released_q, outlier=outlier,
+                            profile=np.array(profile.to_json()))
 
 
 def stderr_progress(label: str) -> Callable[[int, int], None]:
     def report(i: int, n: int) -> None:
         print("  %s %d / %d" % (label, i, n), file=sys.stderr, flush=True)
     return report
-
-
-class FleetError(RuntimeError):
-    """The simulation cannot run; the text says why."""
-
-
-def load_data(args: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(x, outlier, reference)`` from ``--csv`` or the paper-1 generator."""
-    from dpsense.cloud.datasets import paper1_synthetic
-    csv = getattr(args, "csv", None)
-    if csv:
-        import csv as csvmod
-        with open(csv, newline="") as f:
-            rows = list(csvmod.reader(f))
-        if len(rows) < 2:
-            raise FleetError("%s: need a header row and at least one data row" % csv)
-        header = [h.strip() for h in rows[0]]
-        label = header.index("outlier") if "outlier" in header else None
-        cols = [i for i in range(len(header)) if i != label]
-        try:
-            data = np.array([[float(r[i]) for i in cols] for r in rows[1:]])
-            outlier = (np.array([float(r[label]) for r in rows[1:]]) > 0 if label is not None
-                       else np.zeros(len(data), dtype=bool))
-        except (ValueError, IndexError) as e:
-            raise FleetError("%s: not a numeric CSV (%s)" % (csv, e)) from None
-        return data, outlier, data
-    n = int(getattr(args, "n"))
-    seed = int(getattr(args, "seed")) or 1
-    d = paper1_synthetic(n, float(getattr(args, "separation")), str(getattr(args, "shape")), seed=seed)
-    ref = paper1_synthetic(n, float(getattr(args, "separation")), str(getattr(args, "shape")),
-                           seed=seed + 1000)
-    return d.x, d.outlier, ref.x
-
-
-def calibrate(reference: np.ndarray, epsilon: str, quantum: float, dbscan_eps: float = 12.0,
-              dbscan_min_samples: int = 60) -> DeviceProfile:
-    """Deployment parameters from reference (historical) data, never from the data released:
-    relaxed sensitivity per column (SPEC 1.3, the narrowest 90 % range), centre, domain,
-    the outlier-layer width w_O for the correction server (SPEC 1.6.2: spread of the
-    detected outliers' radii) and the analyst's band width (half the detected border)."""
-    from dpsense.cloud.correction.bands import width_from_history
-    from dpsense.cloud.correction.rules import normal_radius
-    from dpsense.cloud.datasets import relaxed_sensitivity
-    from dpsense.cloud.outliers.dbscan import DBSCANOutliers
-    rs = relaxed_sensitivity(reference, method="shorth")
-    domain = float(np.max(np.abs(reference))) * 1.5 + 1.0
-    centre = reference.mean(axis=0)
-    out = DBSCANOutliers(dbscan_eps, dbscan_min_samples).fit(reference).outlier_mask_
-    radii = np.linalg.norm(reference[out] - centre, axis=1)
-    w_o = float(radii.max() - radii.min()) if radii.size > 1 else 0.0
-    delta_q = tuple(max(1, int(round(r / quantum))) for r in rs)
-    band = width_from_history(radii / quantum, normal_radius(delta_q))
-    return DeviceProfile(quantum=quantum, domain=domain, delta_q=delta_q,
-                         epsilon=epsilon, centre_q=tuple(int(c) for c in np.rint(centre / quantum)),
-                         w_o_q=w_o / quantum, dbscan_eps=dbscan_eps, dbscan_min_samples=dbscan_min_samples,
-                         band_width_q=band)
-
-
-def load_profile(data_dir: Path | str) -> DeviceProfile | None:
-    p = Path(data_dir) / "profile.json"
-    if not p.exists():
-        return None
-    d = json.loads(p.read_text())
-    d["delta_q"] = tuple(d["delta_q"])
-    d["centre_q"] = tuple(d["centre_q"])
-    return DeviceProfile(**d)
-
-
-def run_simulation(settings: Settings, args: object) -> dict[str, float]:
-    devices = int(getattr(args, "devices"))
-    if devices < 1:
-        raise FleetError("--devices must be >= 1")
-    x, outlier, reference = load_data(args)
-    profile = calibrate(reference, str(getattr(args, "epsilon")), float(getattr(args, "quantum")))
-    broker = Broker(settings.data_dir, port=settings.broker_port, host=settings.broker_host)
-    existing = broker.accounts()
-    for d in range(1, devices + 1):
-        if topics.device_username(d) not in existing:
-            broker.add_device(d)
-    log = stderr_progress
-    print("simulate: %d readings x %d columns from %d devices, epsilon %s per column"
-          % (len(x), x.shape[1], devices, profile.epsilon), file=sys.stderr, flush=True)
-    seed = int(getattr(args, "seed"))
-    t0 = time.perf_counter()
-    enc = encode_fleet(x, profile, devices, seed, progress=log("perturbed"))
-    t_enc = time.perf_counter() - t0
-    save_ground_truth(Path(settings.data_dir) / "groundtruth.npz", enc, outlier, profile)
-    (Path(settings.data_dir) / "profile.json").write_text(profile.to_json())
-    pub = FleetPublisher(settings, broker, devices)
-    try:
-        pub.connect()
-        t_pub = pub.publish(enc, progress=log("published"))
-    except (OSError, ConnectionError) as e:
-        raise FleetError("cannot reach the broker at %s:%d (%s); start it with `dpsense broker run`"
-                         % (settings.broker_host, settings.broker_port, e)) from None
-    finally:
-        pub.close()
-    stats = {"readings": float(len(x)), "perturb_s": t_enc, "publish_s": t_pub,
-             "readings_per_s": len(x) / t_pub if t_pub else 0.0}
-    print("simulate: perturbed %d readings in %.1f s; published and acknowledged %d messages in %.1f s "
-          "(%.0f readings/s)" % (len(x), t_enc, 2 * len(x), t_pub, stats["readings_per_s"]),
-          file=sys.stderr, flush=True)
-    return stats

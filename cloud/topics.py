@@ -1,28 +1,43 @@
-"""MQTT topic names: one place, so the ACL, the services and the boards agree.
+"""MQTT topic names and device accounts for the cloud side.
 
-Devices authenticate as ``d<device_id>`` and publish readings under their own name; the
-correction topic is shared and names no device, so the correction server cannot tie a
-token to a device.
+The names are defined once, in shared_protocol/topics.py, which the boards import too;
+this module adds what only CPython needs: turning device ids into account names and
+back, and reading the device out of a readings topic.
 """
 from __future__ import annotations
 
 import re
 
-READINGS = "dpsense/readings/%s"          # % device username
-READINGS_ALL = "dpsense/readings/+"
-CORRECTIONS = "dpsense/corrections"
-STATUS = "dpsense/status/%s"
-STATUS_ALL = "dpsense/status/+"
-ROUND_TO_CS = "dpsense/round/to-cs"
-ROUND_TO_ANALYST = "dpsense/round/to-analyst"
+from dpsense.protocol.layout import DEVICE_ID_MAX
+from dpsense.protocol.topics import (
+    ACK,
+    ACK_ALL,
+    ALERTS,
+    ALERTS_ALL,
+    CORRECTIONS,
+    DEVICE_USER,
+    READINGS,
+    READINGS_ALL,
+    ROUND_TO_ANALYST,
+    ROUND_TO_CS,
+    STATUS,
+    STATUS_ALL,
+)
 
-_DEVICE_USER = re.compile(r"d([1-9][0-9]{0,9})")
+__all__ = [
+    "ACK", "ACK_ALL", "CORRECTIONS", "DEVICE_USER", "READINGS", "READINGS_ALL", "ROUND_TO_ANALYST", "ROUND_TO_CS",
+    "STATUS", "STATUS_ALL", "device_id_of", "device_of_reading_topic", "device_username",
+]
+
+# DEVICE_USER with a decimal id without leading zeros (the only spelling "%d" writes).
+_DEVICE_USER = re.compile(re.escape(DEVICE_USER).replace("%d", "([1-9][0-9]{0,9})"))
+_READINGS_PREFIX = READINGS % ""
 
 
 def device_username(device_id: int) -> str:
-    if not 1 <= device_id <= 0xFFFFFFFF:
+    if not 1 <= device_id <= DEVICE_ID_MAX:
         raise ValueError("device_id must be in 1..2**32-1")
-    return "d%d" % device_id
+    return DEVICE_USER % device_id
 
 
 def device_id_of(username: str) -> int | None:
@@ -31,11 +46,10 @@ def device_id_of(username: str) -> int | None:
     if not m:
         return None
     v = int(m.group(1))
-    return v if v <= 0xFFFFFFFF else None
+    return v if v <= DEVICE_ID_MAX else None
 
 
 def device_of_reading_topic(topic: str) -> int | None:
-    parts = topic.split("/")
-    if len(parts) != 3 or parts[0] != "dpsense" or parts[1] != "readings":
+    if not topic.startswith(_READINGS_PREFIX):
         return None
-    return device_id_of(parts[2])
+    return device_id_of(topic[len(_READINGS_PREFIX):])

@@ -11,11 +11,23 @@ nothing and takes no sequence number, so the cloud sees no gap. A released recor
 goes to the ring buffer on flash, which the uplink drains to the broker (MQTT
 boards), or the serial link writes to the console as two framed lines for a gateway
 and keeps until the gateway acknowledges it (serial boards, seriallink.py).
+
+Release schedule: a reading is taken at each tick of ``period_ms`` and its record is
+held until the next tick, when it goes to the ring or the console before the next
+reading is taken. How long the noise took to draw (it grows with the noise's
+magnitude) therefore never shows in when a record leaves; a record drawn after its
+tick had passed is counted in the status's ``late``. ``period_ms`` 0 (rigs) has no
+schedule: each record leaves as soon as it is drawn, and its timing follows |noise|
+(tests/statistical/test_release_timing.py measures both).
 Readings come from the config's ``stimulus`` when it has one (on any board), else
 from the profile's sensor; the ``boot ok`` line ends with ``sensor=<kind>``.
 
 Console lines a rig can wait for: ``boot ok: ...``, ``config error: <key>: ...``,
-``ledger: window N cap ... reached ...``, ``mqtt: connected ...``,
+``stimulus error: <file>:<line>: ...`` (then exit status 2, as for a config error),
+``entropy error: ...`` (no hardware entropy: nothing is released, exit status 2),
+``ledger: window N cap ... reached ...``, ``ledger: releases stopped: <why>`` (a damaged
+or missing ledger, a clock behind the ledger, the lifetime cap; status event
+``ledger_stopped``, and the status's ``ledger`` field says why), ``mqtt: connected ...``,
 ``mqtt: connection lost ...``, ``stimulus done: ...``, ``idle: ...``.
 """
 
@@ -23,37 +35,44 @@ import sys
 import time
 
 try:
+    from shared_protocol import __version__
     from shared_protocol.fixedpoint import Affine
     from shared_protocol.mechanism import Column, RecordMechanism
     from shared_protocol.rng import UrandomRNG
-    from shared_protocol import wire
+    from shared_protocol import topics, wire
     from shared_protocol.config import ConfigError, board_name, validate
 except ImportError:
+    __version__ = "unknown"       # flat modules carry no package __init__, nor its version
     from fixedpoint import Affine
     from mechanism import Column, RecordMechanism
     from rng import UrandomRNG
-    import wire
+    import topics  # type: ignore[no-redef]  # flat file system: the same module
+    import wire  # type: ignore[no-redef]  # flat file system: the same module
     from config import ConfigError, board_name, validate
 
-from ledger import CAPPED, OK, Ledger, frac_text
+from ledger import CAPPED, OK, STOPPED, Ledger, frac_text
 from node import Node
 import sensor
 
 
+class EntropyError(Exception):
+    """The board has no hardware entropy to draw noise from; it releases nothing."""
+
+
 def make_rng(profile):
-    """``(rng, description)``: the profile's entropy source, or the port's PRNG if it lacks one."""
+    """``(rng, description)``: the profile's hardware entropy source. A port without it
+    raises EntropyError: noise from a PRNG such as ``random.getrandbits`` can be replayed
+    from its state (a 32-bit state on the micro:bit), so it would be no privacy at all."""
     if profile["entropy"] == "urandom":
         try:
             rng = UrandomRNG()
             rng.getrandbits(8)
             return rng, "os.urandom"
         except (AttributeError, ImportError, OSError):
-            pass
-        weak = "random.getrandbits (PRNG: os.urandom missing on this port)"
-    else:
-        weak = "random.getrandbits (PRNG, weaker than a hardware source)"
-    import random
-    return random, weak
+            raise EntropyError("os.urandom is missing or failing on this port; "
+                               "no noise without a hardware source, so nothing is released")
+    raise EntropyError("entropy source %r: firmware/app.py draws only from os.urandom "
+                       "(the micro:bit's node is mbnode.py)" % profile["entropy"])
 
 
 class App:
@@ -78,19 +97,23 @@ class App:
                 for c in cfg["columns"]]
         self.mech = RecordMechanism(cols, cfg["centre"], self.rng)
         self.ledger = Ledger(self.mech.epsilon_row(), cfg["window_cap"], cfg["window_records"],
-                             cfg["window_seconds"], cfg["ledger_path"])
+                             cfg["window_seconds"], cfg["ledger_path"],
+                             lifetime=cfg["lifetime_cap"])
         self.sensor = sensor.make(profile, len(cols), cfg.get("stimulus"))
         self.boot_id = (self.rng.getrandbits(16) << 16) | self.rng.getrandbits(16)
         self.ring = None
         self.uplink = None
         self.link = None
+        self.tls = None                 # MQTT boards: "off", "verified" or "insecure"
         if profile["transport"] == "mqtt":
-            send = self._mqtt(len(cols))
+            self.transport = self._mqtt(len(cols))
         else:
-            send = self._serial(len(cols), console)
+            self.transport = self._serial(len(cols), console)
         self.node = Node(self.sensor, self.mech, self.rng, cfg["device_id"], self.boot_id,
-                         cfg["config_id"], send)
+                         cfg["config_id"], self._release)
         self.released = 0
+        self.late = 0
+        self._held = None
         self._capped_window = None
 
     def _mqtt(self, ncols):
@@ -106,10 +129,12 @@ class App:
         port = cfg["broker_port"]
         tls = cfg["broker_tls"]
         ca = cfg["broker_ca"]
+        insecure = cfg["broker_tls_insecure"]
+        self.tls = "insecure" if insecure else ("verified" if tls else "off")
         user = cfg["broker_user"]
-        self.uplink = Uplink(client, self.ring, lambda: open_socket(host, port, tls, ca),
-                             ("dpsense/readings/%s" % user).encode(),
-                             ("dpsense/status/%s" % user).encode(), self.clock, self.rng,
+        self.uplink = Uplink(client, self.ring, lambda: open_socket(host, port, tls, ca, 5, insecure),
+                             (topics.READINGS % user).encode(),
+                             (topics.STATUS % user).encode(), self.clock, self.rng,
                              cfg["max_inflight"], cfg["ack_timeout_ms"], 250,
                              cfg["backoff_max_ms"], self.wifi, self.log)
         ring = self.ring
@@ -128,19 +153,41 @@ class App:
         self.link = SerialLink(self.ring, write, read, self.clock)
         return self.link.send
 
+    def _release(self, reading, correction):
+        # With a period, a record waits for the next tick of the schedule: when it reaches
+        # the transport says nothing about how long its noise took to draw.
+        if self.cfg["period_ms"]:
+            self._held = (reading, correction)
+        else:
+            self.transport(reading, correction)
+
+    def hand_over(self):
+        """Give the record held since the last tick to the transport (at a tick of the schedule)."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            self.transport(held[0], held[1])
+
     def status(self, event):
         """Publish (MQTT) or print (serial) the board's state; never carries a value."""
         led = self.ledger
         ring = self.ring
         worst = self.mech.epsilon_row_worst()
         row = self.mech.epsilon_row()
+        # A serial board's status is one console line: the gateway reads at most framing.MAX_TEXT.
         text = ('{"event":"%s","device":%d,"boot":%d,"board":"%s","entropy":"%s",'
                 '"eps_record":"%s","eps_record_worst":"%s","window":%d,"spent":"%s",'
-                '"cap":"%s","withheld":%d,"released":%d,"dropped":%d,"pending":%d,"sensor":"%s"}'
+                '"cap":"%s","withheld":%d,"released":%d,"dropped":%d,"pending":%d,'
+                '"ledger":"%s","eps_total":"%s","eps_total_worst":"%s","lifetime_cap":"%s",'
+                '"period_ms":%d,"late":%d,"version":"%s","sensor":"%s"%s}'
                 % (event, self.cfg["device_id"], self.boot_id, self.profile["name"],
                    self.entropy, frac_text(row[0], row[1]), frac_text(worst[0], worst[1]),
                    led.window, led.spent_text(), led.cap_text(), led.withheld, self.released,
-                   ring.dropped if ring else 0, ring.pending if ring else 0, self.sensor.kind))
+                   ring.dropped if ring else 0, ring.pending if ring else 0, led.state(),
+                   led.total_text(),
+                   frac_text(worst[0] * led.released, worst[1]) if led.released else "0",
+                   led.lifetime_text(), self.cfg["period_ms"], self.late, __version__,
+                   self.sensor.kind, ',"tls":"%s"' % self.tls if self.tls else ""))
         if self.uplink is not None:
             self.uplink.status(text.encode())
         else:
@@ -149,13 +196,18 @@ class App:
     def boot(self):
         ring = self.ring
         # sensor= last: rigs match the fields before it; a reader sees injected readings.
-        self.log("boot ok: board=%s device=%d boot=%d entropy=%s eps_record=%s pending=%d dropped=%d sensor=%s"
+        # tls= (MQTT boards only) before version=: "insecure" must be seen, not scrolled past.
+        self.log("boot ok: board=%s device=%d boot=%d entropy=%s eps_record=%s pending=%d dropped=%d"
+                 "%s version=%s sensor=%s"
                  % (self.profile["name"], self.cfg["device_id"], self.boot_id, self.entropy,
                     frac_text(*self.mech.epsilon_row()), ring.pending if ring else 0,
-                    ring.dropped if ring else 0, self.sensor.kind))
+                    ring.dropped if ring else 0, " tls=%s" % self.tls if self.tls else "",
+                    __version__, self.sensor.kind))
         if ring is not None and ring.lost_on_open:
             self.log("ring: layout changed; %d unsent records of the old layout dropped"
                      % ring.lost_on_open)
+        if self.ledger.damaged:
+            self.log("ledger: %s (%s); releasing nothing" % (self.ledger.damaged, self.cfg["ledger_path"]))
         if self.link is not None:
             self.link.start()
         self.status("boot")
@@ -173,6 +225,9 @@ class App:
         if code == OK:
             self.node.release(raw)
             self.released += 1
+        elif code == STOPPED:
+            self.log("ledger: releases stopped: %s" % led.state())
+            self.status("ledger_stopped")
         elif code == CAPPED:
             self._capped_window = led.window
             self.log("ledger: window %d cap %s reached (spent %s); withholding readings until window %d"
@@ -196,10 +251,15 @@ class App:
         while True:
             now = t.ticks_ms()
             if sampling and t.ticks_diff(now, next_read) >= 0:
+                # The record of the last tick leaves now, before this tick's reading.
+                self.hand_over()
                 next_read = t.ticks_add(next_read, period) if period else now
                 t0 = t.ticks_us()
                 sampling = self.read_once()
                 cost_us += t.ticks_diff(t.ticks_us(), t0)
+                if self._held is not None and t.ticks_diff(t.ticks_ms(), next_read) > 0:
+                    # Drawn after its own tick: it leaves late, and its lateness is timing.
+                    self.late += 1
                 if sampling:
                     reads += 1
                 else:
@@ -219,6 +279,7 @@ class App:
                     else:
                         self.log("idle: all %d records acknowledged (%d resent)"
                                  % (self.released, link.resent))
+                    assert self.ring is not None    # _serial() made the link and the ring
                     self.ring.close()
                     return
                 # Short sleeps: the gateway's answers wait on stdin.
@@ -275,6 +336,14 @@ def main(path):
     except ConfigError as e:
         print("config error: %s" % e)
         sys.exit(2)
-    app = App(cfg, profile)
-    app.boot()
-    app.run()
+    try:
+        app = App(cfg, profile)
+        app.boot()
+        app.run()
+    except EntropyError as e:
+        print("entropy error: %s" % e)
+        sys.exit(2)
+    except sensor.StimulusError as e:
+        # Readings released before the bad line stay valid; nothing after it is guessed.
+        print("stimulus error: %s" % e)
+        sys.exit(2)

@@ -4,11 +4,12 @@
     a = mbcfg.load("config.txt")    # (dev, cfg_id, cols, eps, centre, win, cap) for mbnode.run,
                                     # or None: it printed "config error: <key>: ..."
 
-``load(name, out)`` returns the arguments of ``mbnode.run`` but the last two (``worst``
-and ``led``, which ``mbstate`` works out in boots of their own) or writes exactly one line,
-``config error: <key>: <problem>\\n``, with ``out`` (default: print) and returns None.
+``load(name, out)`` returns the arguments of ``mbnode.run`` but the last two (``worst``,
+which the host adds at provisioning, and ``led``, which ``mbstate`` works out in a boot of
+its own) or writes exactly one line, ``config error: <key>: <problem>\\n``, with ``out``
+(default: print) and returns None.
 
-Format (tools/microbit.py ``microbit_config_text`` writes it): one ``key=value`` a line;
+Format (tools/provision.py ``microbit_config_text`` writes it): one ``key=value`` a line;
 blank lines and lines starting with ``#`` are skipped, spaces around key and value are
 ignored. A value is an int (``-5000``), a "string" (what is between the first and last
 ``"``: no escapes) or a flat list of those (``[0,1650]``); any other value (``0.5``,
@@ -46,11 +47,12 @@ checks its config in a boot of its own when it is provisioned (tools/microbit.py
 ``repr(args)`` to ``mbargs.txt``, and the module is removed again (its 28 flash chunks
 are the node's). Keep this file small all the same (tests/unit/test_mbcfg_host.py bounds
 its size after tools/deploy.py's shrinking): the board compiles a module in one
-contiguous block about its size, which is why the whole-domain epsilon is ``mbstate``'s.
+contiguous block about its size, which is why the whole-domain epsilon is the host's.
+The column keys and the bounds are config.py's, brought in as code at deploy
+(tools/mbgen.py); the keys the board takes are its own (``_K``: the micro:bit's keys and
+its gateway's, in that order), each one of config.py's.
 """
-_B = 1 << 62
-_U = 0xFFFFFFFF
-_C = ("num", "den", "offset", "raw_min", "raw_max", "delta_q")
+from shared_protocol.config import _BIG as _B, _COLUMN_KEYS as _C, _U32 as _U
 _K = ("device_id", "config_id", "columns", "epsilon", "centre", "window_records",
       "window_seconds", "window_cap", "broker_host", "broker_port", "broker_user")
 

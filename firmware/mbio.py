@@ -1,12 +1,13 @@
 """UART lines, acknowledgements, flash files and events of firmware/mbnode.py (see mbutil).
 
 Files the node keeps (``d`` is a folder prefix, ``""`` on the micro:bit's flat file system):
-one file per unacknowledged record, named by the first 10 hex digits of its token (so
-that name and a two-column record share one 128-byte flash chunk; 2**40 names for at
-most KEEP files), holding the record's two framed lines exactly as sent; and the ledger in two files ``la`` / ``lb``
-written in turn, so that a reset while one is rewritten (the file system deletes a file
-before writing it again) leaves the other, one release older. The ledger is read back
-by ``mbstate`` in the boot that checks the config, not here: the node's heap is full.
+one file per unacknowledged record, named by the first ``NAME`` (10) hex digits of its
+token (so that name and a two-column record share one 128-byte flash chunk; 2**40 names
+for at most KEEP files), holding the record's two framed lines exactly as sent; and the
+ledger in two files ``la`` / ``lb`` written in turn, so that a reset while one is
+rewritten (the file system deletes a file before writing it again) leaves the other, one
+release older. The ledger is read back by ``mbstate`` in a boot of its own before the
+node starts, not here: the node's heap is full.
 
 Events are console lines ``#<name> <fields>`` (docs/protocol.md 2.2) that the gateway
 expands into the human-readable console text and the status messages: the words and
@@ -16,6 +17,13 @@ import gc
 import os
 import time
 
+# On the micro:bit these come as code (tools/mbgen.py): the serial link's rhythm is the
+# Pico's (docs/protocol.md 2.1), the version is the project's.
+from seriallink import POLL_MS as POLL, QUIET
+from shared_protocol import __version__
+from shared_protocol.layout import TOKEN_SIZE
+from mbutil import NAME
+
 try:
     _ms = time.ticks_ms
     _df = time.ticks_diff
@@ -24,10 +32,7 @@ except AttributeError:  # CPython (host tests)
     _df = lambda a, b: a - b
 
 KEEP = 8       # records waiting for an acknowledgement (two 128-byte flash chunks each)
-POLL = 300     # ms the gateway has to answer a poll
-PAUSE = 250    # ms between two polls that acknowledged nothing
-QUIET = 8      # such polls before the kept records are written again
-DRAIN = 4      # resends the node waits through for the last acknowledgements at the end
+PAUSE = 250    # ms between two polls that acknowledged nothing (POLL: how long an answer may take)
 
 
 def line(ri, one, ln, wait):
@@ -53,7 +58,7 @@ def resend(w, d, ln):
     the buffer ``ln`` (``f.read()`` would allocate 256 bytes); how many."""
     k = 0
     for n in (os.listdir(d) if d else os.listdir()):
-        if len(n) == 10 and "." not in n:
+        if len(n) == NAME and "." not in n:
             f = open(d + n, "rb")
             while True:
                 r = f.readinto(ln)
@@ -67,10 +72,10 @@ def resend(w, d, ln):
 
 def acked(d, ln, n):
     """Handle the gateway's line ``!<token hex>`` in ``ln[:n]``: 1 if a kept record was removed."""
-    if n != 17:
+    if n != 1 + 2 * TOKEN_SIZE:
         return 0
     try:
-        os.remove(d + str(bytes(ln[1:11]), "ascii"))
+        os.remove(d + str(bytes(ln[1:1 + NAME]), "ascii"))
         return 1
     except OSError:   # acknowledged twice (a resend), or not a token
         return 0
@@ -121,13 +126,13 @@ def ledger(d, c, st):
 
 
 def prep(w, d, ln, dev, boot, led, worst):
-    """At boot: write the kept records again and send the ``#boot`` event (``led``: the
-    ledger and its units, from mbstate.ledger; ``worst``: the whole-domain epsilon of a
-    record, from mbstate.worst, or 0/0; 0 records dropped: a full store stops the
-    readings instead). Returns [kept, resent]."""
+    """At boot: write the kept records again and send the ``#boot`` event, which ends with
+    the project's version (``led``: the ledger and its units, from mbstate.ledger;
+    ``worst``: the whole-domain epsilon of a record, worked out at provisioning, or 0/0;
+    0 records dropped: a full store stops the readings instead). Returns [kept, resent]."""
     k = resend(w, d, ln)
     gc.collect()
-    w(bytes("#boot microbit getrandbits %d %d %d %d %d %d %d %d 0 %d\n"
+    w(bytes("#boot microbit prng_no_dp %d %d %d %d %d %d %d %d 0 %d %s\n"
             % (dev, boot, led[4], led[3], led[5], worst[0], worst[1], k,
-               gc.mem_free() if hasattr(gc, "mem_free") else -1), "ascii"))
+               gc.mem_free() if hasattr(gc, "mem_free") else -1, __version__), "ascii"))
     return [k, k]

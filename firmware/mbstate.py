@@ -1,21 +1,8 @@
-"""What the micro:bit node starts from, worked out in the boot that checks its config
-(tools/microbit.py): the node's own heap has no room for this code.
+"""The micro:bit node's ledger as its last release left it, read back in a boot of its own
+before every start of the node (tools/microbit.py): the node's own heap has no room for
+this code.
 """
-
-
-def worst(cols, eps):
-    """Epsilon of a record whose columns take any two values of their clamped domains
-    (mechanism.RecordMechanism.epsilon_row_worst), as a reduced (num, den); ``cols`` as
-    mbnode.run takes them, ``eps`` the (num, den) of each column."""
-    n = 0
-    q = 1
-    for c in cols:
-        a = abs((2 * c[0] * c[4] + c[1]) // (2 * c[1]) - (2 * c[0] * c[3] + c[1]) // (2 * c[1]))
-        b = eps[1] * c[5]
-        n = n * b + eps[0] * (a if a > c[5] else c[5]) * q
-        q *= b
-    a = _gcd(n, q)
-    return n // a, q // a
+from ledger import _gcd      # code on the micro:bit (tools/mbgen.py): ledger.py's own
 
 
 def ledger(d, m, eps, cap, win):
@@ -40,8 +27,3 @@ def ledger(d, m, eps, cap, win):
             v = b
     return v[0], v[1], v[2], un, m * eps[0] * (un // eps[1]), cap[0] * (un // cap[1])
 
-
-def _gcd(a, b):
-    while b:
-        a, b = b, a % b
-    return a

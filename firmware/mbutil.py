@@ -7,34 +7,46 @@ the files on flash), ``mbnode`` (the loop). Import them in the order ``mbutil``,
 """
 import struct
 
-_MAX = 2147483647
-_H = b"0123456789abcdef"
+# On the micro:bit these come as code (tools/mbgen.py, at deploy): the board cannot import
+# wire.py, framing.py or tokens.py next to the node.
+from shared_protocol.framing import START, _HEX
+from shared_protocol.tokens import new_token
+from shared_protocol.layout import (CORRECTION, CORRECTION_SIZE, INT32_MAX, KIND_CORRECTION,
+                                    KIND_READING, READING_HEAD, READING_HEAD_SIZE, TOKEN_SIZE,
+                                    VERSION)
+
+NAME = 10      # hex digits of the token that name a kept record's file (mbio)
 
 
 def frame(p):
-    """The framed line (bytearray, ending in ``\\n``) of payload ``p``: framing.frame's bytes."""
+    """framing.frame's line for payload ``p`` (a bytearray): one pass for hex and CRC."""
     c = 0xFFFF
     o = bytearray(2 * len(p) + 6)
-    o[0] = 126
+    o[0] = START
     i = 1
     for b in p:
-        o[i] = _H[b >> 4]
-        o[i + 1] = _H[b & 15]
+        o[i] = _HEX[b >> 4]
+        o[i + 1] = _HEX[b & 15]
         i += 2
         c ^= b << 8
         for _ in range(8):
             c = ((c << 1) ^ 0x1021) & 0xFFFF if c & 0x8000 else (c << 1) & 0xFFFF
     for s in (12, 8, 4, 0):
-        o[i] = _H[(c >> s) & 15]
+        o[i] = _HEX[(c >> s) & 15]
         i += 1
     o[i] = 10
     return o
 
 
 def put32(buf, off, v):
-    """``v`` (|v| < 2**31) as a little-endian int32 at ``buf[off]``, byte by byte: the
-    micro:bit's struct (1.9.2) packs a negative long int with "<i" without sign extension
-    (-4986 as 86 ec 00 00), and values past 2**30 or computed from long ints are long there."""
+    """``v`` clamped to +-INT32_MAX (node.py's rule: -2**31 is reserved) as a little-endian
+    int32 at ``buf[off]``, byte by byte: the micro:bit's struct (1.9.2) packs a negative
+    long int with "<i" without sign extension (-4986 as 86 ec 00 00), and values past
+    2**30 or computed from long ints are long there."""
+    if v > INT32_MAX:
+        v = INT32_MAX
+    elif v < -INT32_MAX:
+        v = -INT32_MAX
     if v < 0:
         v += 4294967296
     for i in range(4):
@@ -42,26 +54,22 @@ def put32(buf, off, v):
         v >>= 8
 
 
-def pack(rng, rb, cb, tok, y, dd, dev, boot, seq, cfg_id):
-    """Draw the token (tokens.new_token), then encode the reading record (values ``y``) into
-    ``rb`` and the correction record (``dd``) into ``cb`` as wire.py does, clamping to int32."""
-    for i in (0, 2, 4, 6):
-        r = rng.getrandbits(16)
-        tok[i] = r >> 8
-        tok[i + 1] = r & 255
-    struct.pack_into("<BBBBIII8sH", rb, 0, 1, 1, len(y), 0, dev, boot, seq, tok, cfg_id)
+def pack(rb, cb, tok, y, dd, dev, boot, seq, cfg_id):
+    """Encode the reading record (values ``y``) into ``rb`` and the correction record
+    (``dd``) into ``cb`` as wire.py does, with ``put32`` for the int32 fields."""
+    struct.pack_into(READING_HEAD, rb, 0, VERSION, KIND_READING, len(y), 0, dev, boot, seq,
+                     tok, cfg_id)
     for j in range(len(y)):
-        v = y[j]
-        put32(rb, 26 + 4 * j, _MAX if v > _MAX else -_MAX if v < -_MAX else v)
-    struct.pack_into("<BBH8s", cb, 0, 1, 2, 0, tok)
-    put32(cb, 12, _MAX if dd > _MAX else -_MAX if dd < -_MAX else dd)
+        put32(rb, READING_HEAD_SIZE + 4 * j, y[j])
+    struct.pack_into(CORRECTION, cb, 0, VERSION, KIND_CORRECTION, 0, tok, 0)
+    put32(cb, CORRECTION_SIZE - 4, dd)
 
 
-def emit(rng, cols, lap, centre, ln, n, rb, cb, tok, dev, boot, seq, cfg_id, d):
+def emit(rng, cols, lap, centre, ln, n, rb, cb, dev, boot, seq, cfg_id, d):
     """Release the reading ``raw0,raw1,...`` in ``ln[:n]`` (Node.release's draws): scale and
-    clamp each column, add its noise, encode both records, keep their framed lines in a
-    file named by the token's first 10 hex digits (before they are sent: ``d`` is the
-    folder prefix), return them."""
+    clamp each column (fixedpoint.Affine.apply), add its noise, draw the token, encode both
+    records, keep their framed lines in a file named by the token's first ``NAME`` hex
+    digits (before they are sent: ``d`` is the folder prefix), return them."""
     raw = bytes(ln[:n]).split(b",")
     q = []
     y = []
@@ -72,11 +80,15 @@ def emit(rng, cols, lap, centre, ln, n, rb, cb, tok, dev, boot, seq, cfg_id, d):
         v = (2 * c[0] * r + c[1]) // (2 * c[1]) + c[2]
         q.append(v)
         y.append(v + lap[j].sample())
-    pack(rng, rb, cb, tok, y, norm(y, centre) - norm(q, centre), dev, boot, seq, cfg_id)
+    tok = new_token(rng)
+    pack(rb, cb, tok, y, norm(y, centre) - norm(q, centre), dev, boot, seq, cfg_id)
     a = frame(rb)
     b = frame(cb)
-    f = open(d + str(bytes(b[9:19]), "ascii"), "wb")
-    f.write(a)          # two writes, not one joined copy: 120 bytes the heap may not have
+    # the name: the token's first hex digits in the correction's line, after "~" and the
+    # 4 bytes before the token (the record ends with the token and the int32 d_diff)
+    t = 1 + 2 * (CORRECTION_SIZE - 4 - TOKEN_SIZE)
+    f = open(d + str(bytes(b[t:t + NAME]), "ascii"), "wb")
+    f.write(a)          # two writes, not one joined copy: bytes the heap may not have
     f.write(b)
     f.close()
     return a, b

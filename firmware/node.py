@@ -13,22 +13,22 @@ released at all (the privacy ledger, firmware/ledger.py) before calling ``releas
 
 try:
     from shared_protocol import wire
+    from shared_protocol.layout import INT32_MAX
     from shared_protocol.tokens import new_token
     from shared_protocol.framing import frame
 except ImportError:
-    import wire
+    import wire  # type: ignore[no-redef]  # flat file system: the same module
+    from layout import INT32_MAX
     from tokens import new_token
     from framing import frame
-
-_I32_MAX = 2147483647
 
 
 def _clamp_i32(v):
     # Post-processing of a DP output, so clamping costs no privacy; -2**31 is reserved.
-    if v > _I32_MAX:
-        return _I32_MAX
-    if v < -_I32_MAX:
-        return -_I32_MAX
+    if v > INT32_MAX:
+        return INT32_MAX
+    if v < -INT32_MAX:
+        return -INT32_MAX
     return v
 
 

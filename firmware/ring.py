@@ -11,11 +11,12 @@ ordinal that counts records over the file's lifetime. A retransmission reads the
 stored bytes back, so it repeats the same noise and token: re-perturbing the same
 reading would spend its privacy budget twice.
 
-File layout: a 16-byte header (magic ``DPR1``, slot size u16, slot count u16,
-dropped u32, reserved u32), then fixed-size slots, ordinal ``o`` in slot ``o % n``:
-state u8, reading length u8, reserved u16, ordinal u32, the reading padded to
-``room`` bytes, then the 16-byte correction. State 0 is an unused slot; 0x80 a used
-one, plus bit 0 while the reading and bit 1 while the correction is unacknowledged.
+File layout (shared_protocol/ringlayout.py, which the config checker sizes rings
+with): a 16-byte header (magic ``DPR1``, slot size u16, slot count u16, dropped u32,
+reserved u32), then fixed-size slots, ordinal ``o`` in slot ``o % n``: state u8,
+reading length u8, reserved u16, ordinal u32, the reading padded to ``room`` bytes,
+then the 16-byte correction. State 0 is an unused slot; 0x80 a used one, plus bit 0
+while the reading and bit 1 while the correction is unacknowledged.
 
 Guarantees: ``put`` returns after the slot is written (a whole slot in one write,
 which LittleFS commits atomically and a killed process cannot tear), so a record is
@@ -27,25 +28,17 @@ the oldest and counts it in ``dropped`` (persisted in the header).
 
 import struct
 
-_MAGIC = b"DPR1"
-_HEAD = "<4sHHII"
-_HEAD_SIZE = 16
-_SLOT_HEAD = "<BBHI"
-_SLOT_HEAD_SIZE = 8
-_CORRECTION_SIZE = 16
+try:
+    from shared_protocol.layout import CORRECTION_SIZE
+    from shared_protocol.ringlayout import (HEAD, HEAD_SIZE, MAGIC, SLOT_HEAD, SLOT_HEAD_SIZE,
+                                           slot_count, slot_size)
+except ImportError:
+    from layout import CORRECTION_SIZE
+    from ringlayout import HEAD, HEAD_SIZE, MAGIC, SLOT_HEAD, SLOT_HEAD_SIZE, slot_count, slot_size
+
 _USED = 0x80
 _PENDING = 0x03
 _SYNC_EVERY = 32            # acknowledgements kept in RAM at most before a flash write
-
-
-def slot_size(room):
-    return _SLOT_HEAD_SIZE + room + _CORRECTION_SIZE
-
-
-def slot_count(room, records, max_bytes):
-    """Slots that fit both bounds: at most ``records``, file at most ``max_bytes``."""
-    n = (max_bytes - _HEAD_SIZE) // slot_size(room)
-    return records if records < n else n
 
 
 class Ring:
@@ -78,16 +71,16 @@ class Ring:
         except OSError:
             self._create(0)
             return
-        head = f.read(_HEAD_SIZE)
-        if len(head) == _HEAD_SIZE:
-            magic, slot, n, dropped, _ = struct.unpack(_HEAD, head)
+        head = f.read(HEAD_SIZE)
+        if len(head) == HEAD_SIZE:
+            magic, slot, n, dropped, _ = struct.unpack(HEAD, head)
         else:
             magic, slot, n, dropped = b"", 0, 0, 0
-        if magic != _MAGIC or slot != self.slot or n != self.n:
-            lost = _count_pending(f, slot, n) if magic == _MAGIC else 0
+        if magic != MAGIC or slot != self.slot or n != self.n:
+            lost = _count_pending(f, slot, n) if magic == MAGIC else 0
             f.close()
             self.lost_on_open = lost
-            self._create(dropped + lost if magic == _MAGIC else 0)
+            self._create(dropped + lost if magic == MAGIC else 0)
             return
         self._f = f
         self.dropped = dropped
@@ -95,7 +88,7 @@ class Ring:
 
     def _create(self, dropped):
         f = open(self.path, "wb")
-        f.write(struct.pack(_HEAD, _MAGIC, self.slot, self.n, dropped, 0))
+        f.write(struct.pack(HEAD, MAGIC, self.slot, self.n, dropped, 0))
         blank = bytes(self.slot)
         for _ in range(self.n):
             f.write(blank)      # preallocated: the file never grows afterwards
@@ -105,12 +98,13 @@ class Ring:
 
     def _scan(self):
         f = self._f
+        assert f is not None        # open from __init__ until close()
         n = self.n
         st = self._states
         head = 0
         for i in range(n):
-            f.seek(_HEAD_SIZE + i * self.slot)
-            state, rlen, _, o = struct.unpack(_SLOT_HEAD, f.read(_SLOT_HEAD_SIZE))
+            f.seek(HEAD_SIZE + i * self.slot)
+            state, rlen, _, o = struct.unpack(SLOT_HEAD, f.read(SLOT_HEAD_SIZE))
             if state & _USED and rlen <= self.room:
                 st[i] = state
                 if o + 1 > head:
@@ -123,7 +117,7 @@ class Ring:
         for o in range(first, head):
             i = o % n
             if st[i] & _PENDING:
-                f.seek(_HEAD_SIZE + i * self.slot + 4)
+                f.seek(HEAD_SIZE + i * self.slot + 4)
                 if struct.unpack("<I", f.read(4))[0] != o:
                     st[i] = _USED        # a stale slot from before a wrap
                     continue
@@ -134,8 +128,10 @@ class Ring:
     # -- records -----------------------------------------------------------------------------
     def put(self, reading, correction):
         """Store one record; returns its ordinal. Drops (and counts) the oldest when full."""
-        if len(reading) > self.room or len(correction) != _CORRECTION_SIZE:
+        if len(reading) > self.room or len(correction) != CORRECTION_SIZE:
             raise ValueError("record does not fit the ring's slots")
+        f = self._f
+        assert f is not None
         n = self.n
         o = self.head
         if o - self.tail >= n:
@@ -143,16 +139,16 @@ class Ring:
             self.pending -= 1
             self.dropped += 1
             self._advance()
-            self._f.seek(8)             # header: dropped u32
-            self._f.write(struct.pack("<I", self.dropped))
+            f.seek(8)                   # header: dropped u32
+            f.write(struct.pack("<I", self.dropped))
         i = o % n
         buf = bytearray(self.slot)
-        struct.pack_into(_SLOT_HEAD, buf, 0, _USED | _PENDING, len(reading), 0, o)
-        buf[_SLOT_HEAD_SIZE:_SLOT_HEAD_SIZE + len(reading)] = reading
-        buf[_SLOT_HEAD_SIZE + self.room:] = correction
-        self._f.seek(_HEAD_SIZE + i * self.slot)
-        self._f.write(buf)
-        self._f.flush()
+        struct.pack_into(SLOT_HEAD, buf, 0, _USED | _PENDING, len(reading), 0, o)
+        buf[SLOT_HEAD_SIZE:SLOT_HEAD_SIZE + len(reading)] = reading
+        buf[SLOT_HEAD_SIZE + self.room:] = correction
+        f.seek(HEAD_SIZE + i * self.slot)
+        f.write(buf)
+        f.flush()
         self._states[i] = _USED | _PENDING
         self.head = o + 1
         if self.pending == 0:
@@ -172,10 +168,11 @@ class Ring:
         if not parts:
             return None
         f = self._f
-        f.seek(_HEAD_SIZE + (o % self.n) * self.slot)
+        assert f is not None
+        f.seek(HEAD_SIZE + (o % self.n) * self.slot)
         buf = f.read(self.slot)
         rlen = buf[1]
-        r = _SLOT_HEAD_SIZE
+        r = SLOT_HEAD_SIZE
         return bytes(buf[r:r + rlen]), bytes(buf[r + self.room:]), parts
 
     def ack(self, o, part):
@@ -207,8 +204,9 @@ class Ring:
     def sync(self):
         """Write the acknowledgement states changed since the last sync."""
         f = self._f
+        assert f is not None
         for i in self._dirty:
-            f.seek(_HEAD_SIZE + i * self.slot)
+            f.seek(HEAD_SIZE + i * self.slot)
             f.write(bytes([self._states[i]]))
         if self._dirty:
             f.flush()
@@ -224,7 +222,7 @@ class Ring:
 def _count_pending(f, slot, n):
     k = 0
     for i in range(n):
-        f.seek(_HEAD_SIZE + i * slot)
+        f.seek(HEAD_SIZE + i * slot)
         b = f.read(1)
         if b and b[0] & _USED and b[0] & _PENDING:
             k += 1

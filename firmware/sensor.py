@@ -6,11 +6,18 @@
     a.kind                                  # "adc" ("stimulus", "microbit"): the boot line's sensor=
 
 ``Stimulus`` is the rig's sensor: tests inject known raw values and check what the
-board sends. ``Analog`` wraps ``machine.ADC`` (ESP32, RP2040) and ``MicrobitAnalog``
-the micro:bit's pins; both report ``read_u16`` codes, 0..65535, so a column's
-provisioned scaling does not depend on the board's ADC width. ``machine`` and
-``microbit`` are imported only by ``make`` on the boards that have them.
+board sends. A file it cannot open or a line that is not ``ncols`` comma-separated
+integers raises ``StimulusError("<file>:<line>: <what is wrong>")``; the board then
+stops (firmware/app.py), as it does for a config error. ``Analog`` wraps
+``machine.ADC`` (ESP32, RP2040) and ``MicrobitAnalog`` the micro:bit's pins; both report
+``read_u16`` codes, 0..65535, so a column's provisioned scaling does not depend on the
+board's ADC width. ``machine`` and ``microbit`` are imported only by ``make`` on the
+boards that have them.
 """
+
+
+class StimulusError(ValueError):
+    """``"<file>:<line>: <what is wrong>"``."""
 
 
 class Stimulus:
@@ -23,8 +30,14 @@ class Stimulus:
         self.count = 0
         self._rows = None
         self._f = None
+        self._path = None
+        self._line = 0
         if isinstance(source, str):
-            self._f = open(source)
+            self._path = source
+            try:
+                self._f = open(source)
+            except OSError:
+                raise StimulusError("%s: cannot open the stimulus file" % source)
         else:
             self._rows = source
 
@@ -35,19 +48,40 @@ class Stimulus:
             row = self._rows[self.count]
         else:
             row = None
+            assert self._f is not None      # a file source when there are no rows
             while row is None:
                 line = self._f.readline()
                 if not line:
                     self._f.close()
                     return None
+                self._line += 1
                 line = line.strip()
                 if line and line[0] != "#":
-                    row = [int(x) for x in line.split(",")]
+                    row = self._parse(line)
         if len(row) != self.ncols:
             raise ValueError("stimulus reading %d has %d values for %d columns"
                              % (self.count, len(row), self.ncols))
         self.count += 1
         return list(row)
+
+    def _parse(self, line):
+        fields = line.split(",")
+        if len(fields) != self.ncols:
+            n = len(fields)
+            self._bad("%d value%s for %d columns" % (n, "" if n == 1 else "s", self.ncols))
+        row = []
+        for x in fields:
+            try:
+                row.append(int(x))
+            except ValueError:
+                self._bad("%r is not an integer" % x.strip())
+        return row
+
+    def _bad(self, what):
+        f = self._f
+        assert f is not None   # only called while reading, before close()
+        f.close()
+        raise StimulusError("%s:%d: %s" % (self._path, self._line, what))
 
 
 class Analog:

@@ -23,23 +23,26 @@ the records stay in the ring for the next boot).
 try:
     from shared_protocol import wire
     from shared_protocol.framing import LineSplitter, frame
+    from shared_protocol.layout import TOKEN_SIZE
 except ImportError:
-    import wire
+    import wire  # type: ignore[no-redef]  # flat file system: the same module
     from framing import LineSplitter, frame
+    from layout import TOKEN_SIZE
 
 POLL_MS = 300      # between polls, and how long an answer may take
 QUIET = 8          # polls in a row that acknowledged nothing before a resend
 DRAIN = 4          # resend rounds the end of a stimulus waits through
-_ACK_LINE = 17     # "!" and 16 hex digits
+_ACK_LINE = 1 + 2 * TOKEN_SIZE     # "!" and the token in hex
+_TOKEN_HEX = "%02x" * TOKEN_SIZE
 # A poll asks for up to ACKS acknowledgements (docs/protocol.md 2.1): 12 x 18 bytes and
 # the end line fit the ~256-byte stdin buffer of the ESP32 and RP2040 ports.
 ACKS = 12
-_POLL = b"!12\n"     # ACKS
+_POLL = ("!%d\n" % ACKS).encode()
 
 
 def token_hex(reading):
-    """The token of a reading record as the 16 lowercase hex digits the gateway writes."""
-    return ("%02x%02x%02x%02x%02x%02x%02x%02x" % tuple(wire.decode_reading(reading)[3])).encode()
+    """The token of a reading record as the lowercase hex digits the gateway writes."""
+    return (_TOKEN_HEX % tuple(wire.decode_reading(reading)[3])).encode()
 
 
 class SerialLink:
@@ -181,7 +184,7 @@ def stdio():
         import select
     except ImportError:
         try:
-            import uselect as select
+            import uselect as select  # type: ignore[no-redef]  # MicroPython before 1.20
         except ImportError:
             return write, lambda: None
     inp = getattr(sys.stdin, "buffer", sys.stdin)

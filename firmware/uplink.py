@@ -21,7 +21,12 @@ are kept while the broker is away.
 
 from mqtt import PUBACK, MQTTError
 
-CORRECTIONS = b"dpsense/corrections"
+try:
+    from shared_protocol import topics
+except ImportError:
+    import topics  # type: ignore[no-redef]  # flat file system: the same module
+
+CORRECTIONS = topics.CORRECTIONS.encode()
 _STATUS_PID0 = 65001        # record ids use 1..65000
 _STATUS_KEEP = 4
 _SYNC_MS = 500

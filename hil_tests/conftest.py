@@ -52,7 +52,7 @@ def stand_in(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[str |
     if not request.config.getoption("--stand-in"):
         yield None
         return
-    from dpsense.tools.flash import micropython_binary
+    from dpsense.tools.deploy import micropython_binary
     try:
         micropython_binary()
     except RuntimeError as e:
@@ -92,7 +92,7 @@ def rig(request: pytest.FixtureRequest, tmp_path, stand_in) -> Iterator[object]:
     if name == "serial":
         yield from _serial_rig(request, tmp_path, board, port, bool(stand_in))
         return
-    from dpsense.tools.flash import micropython_binary
+    from dpsense.tools.deploy import micropython_binary
     try:
         micropython_binary()
     except RuntimeError as e:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import copy
 
+from dpsense.protocol import __version__
+
 from .helpers import column
 from .rigs import BOARDS
 
@@ -14,8 +16,10 @@ def _config(rig):
 
 def test_boot_ok_reports_entropy_and_publishes(rig):
     rig.start(_config(rig), stimulus=[[i, -i] for i in range(5)])
-    m = rig.expect(r"boot ok: board=(\w+) device=7 boot=(\d+) entropy=(\S+) eps_record=(\S+)")
+    m = rig.expect(r"boot ok: board=(\w+) device=7 boot=(\d+) entropy=(\S+) eps_record=(\S+)"
+                   r".* version=(\S+)")
     assert m.group(1) == rig.board
+    assert m.group(5) == __version__               # the release the board runs
     entropy = BOARDS[rig.board].entropy            # os.urandom, or the micro:bit's declared PRNG
     assert m.group(3) == entropy
     assert m.group(4) == "1"                       # two columns at 1/2 each
@@ -24,6 +28,8 @@ def test_boot_ok_reports_entropy_and_publishes(rig):
     st = rig.cloud.status_events("boot")[0]
     assert st["_topic"] == "dpsense/status/d7"
     assert (st["device"], st["boot"], st["entropy"]) == (7, int(m.group(2)), entropy)
+    if rig.board != "microbit":        # the micro:bit's status is the gateway's, from its #boot
+        assert st["version"] == __version__
     # worst case (two outliers): each column's domain spans 2e8 quanta, eps 1/2 x span / delta_q
     assert st["eps_record"] == "1"
     assert st["eps_record_worst"] == "%d/%d" % _frac(2 * 10 ** 8, 40, 2 * 10 ** 8, 60)

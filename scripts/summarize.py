@@ -1,22 +1,42 @@
 """Print one closing line for `make test`: tests passed and failed across every suite.
 
-    python scripts/summarize.py out/test/*.xml --upy out/test/micropython.txt
+    python scripts/summarize.py out/test/*.xml --upy out/test/micropython.txt \
+        --typecheck out/test/typecheck.txt
 
-Reads pytest's JUnit XML files and the MicroPython runner's "N passed, N failed" line.
+Reads pytest's JUnit XML files, the MicroPython runner's "N passed, N failed" line and
+scripts/typecheck.sh's lines ("typecheck NAME ok|FAILED ..."), each check one test.
 """
 import re
 import sys
 import xml.etree.ElementTree as ET
 
 
+def _option(argv: list[str], name: str) -> tuple[str | None, list[str]]:
+    if name not in argv:
+        return None, argv
+    i = argv.index(name)
+    return argv[i + 1], argv[:i] + argv[i + 2:]
+
+
 def main(argv: list[str]) -> int:
-    upy = None
-    if "--upy" in argv:
-        i = argv.index("--upy")
-        upy = argv[i + 1]
-        argv = argv[:i] + argv[i + 2:]
+    upy, argv = _option(argv, "--upy")
+    typecheck, argv = _option(argv, "--typecheck")
     passed = failed = skipped = 0
     parts = []
+    if typecheck:
+        try:
+            text = open(typecheck).read()
+        except OSError:
+            text = ""
+        results = re.findall(r"^typecheck (\S+) +(ok|FAILED) ", text, re.M)
+        if results:
+            ok = sum(1 for _, r in results if r == "ok")
+            passed, failed = passed + ok, failed + len(results) - ok
+            parts.append("typecheck %d" % ok)
+        else:
+            # No check ran (no mypy, or the stubs could not be installed): that fails too.
+            failed += 1
+            parts.append("typecheck missing")
     if upy:
         try:
             text = open(upy).read()

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# The whole suite: portable tests under the MicroPython unix port, pytest on CPython,
-# the hardware-in-the-loop rigs, then one closing line with the totals.
+# The whole suite: type checks, portable tests under the MicroPython unix port, pytest on
+# CPython, the hardware-in-the-loop rigs, then one closing line with the totals.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 OUT=out/test
 rm -rf "$OUT" && mkdir -p "$OUT"
 status=0
+
+echo "== type checks (mypy: cloud/, shared_protocol/, tools/ on CPython; firmware/ and shared_protocol/ against the ESP32 and Pico W MicroPython stubs)"
+bash scripts/typecheck.sh | tee "$OUT/typecheck.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 if command -v micropython >/dev/null; then
     echo "== portable tests under MicroPython (unix port)"
@@ -32,5 +36,5 @@ for board in esp32 pico_w pico; do
         -o junit_suite_name="hil-serial-$board" --junitxml="$OUT/hil-serial-$board.xml" || status=1
 done
 
-python scripts/summarize.py "$OUT"/*.xml --upy "$OUT/micropython.txt"
+python scripts/summarize.py "$OUT"/*.xml --upy "$OUT/micropython.txt" --typecheck "$OUT/typecheck.txt"
 exit $status

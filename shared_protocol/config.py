@@ -15,11 +15,19 @@ Keys, with defaults where a key is optional:
   the affine scaling of docs/protocol.md 4.1 and the relaxed sensitivity in quanta)
 * ``epsilon`` (per column, decimal string), ``centre`` (one int per column, quanta)
 * ``window_records`` or ``window_seconds`` (exactly one), ``window_cap`` (decimal
-  string, at least the epsilon of one record)
+  string, at least the epsilon of one record); ``window_seconds`` only on a board whose
+  profile names a trustworthy ``clock`` (the unix port's system clock): a clock that
+  restarts at boot or steps back would reopen a window's budget, and the firmware syncs
+  no NTP, so the other boards take ``window_records``
+* ``lifetime_cap`` (decimal string, at least the epsilon of one record; default 1000
+  times ``window_cap``): the most the board releases until it is provisioned again
 * boards with MQTT: ``broker_host``, ``broker_password``, ``broker_port`` (1883, or
   8883 with TLS), ``broker_user`` (``d<device_id>``), ``broker_tls`` (false),
   ``broker_ca`` (CA certificate, DER, to verify the broker with: MicroPython's
-  mbedTLS rejects PEM), ``client_id``, ``keepalive``
+  mbedTLS rejects PEM; required with ``broker_tls``), ``broker_tls_insecure`` (false:
+  true lets ``broker_tls`` go without ``broker_ca``, an unauthenticated broker, for tests
+  only; the boot line and status say ``tls=insecure``), ``client_id`` (the broker
+  replaces it by ``broker_user``), ``keepalive``
   (60 s), ``max_inflight`` (8 records), ``ack_timeout_ms`` (10000),
   ``backoff_max_ms`` (30000)
 * serial boards: ``broker_host``, ``broker_port``, ``broker_user`` of their gateway are
@@ -35,14 +43,20 @@ Keys, with defaults where a key is optional:
 
 try:
     from .fixedpoint import parse_decimal
+    from .layout import CONFIG_ID_MAX, DEVICE_ID_MAX, MAX_COLS, reading_size
+    from .ringlayout import slot_count, slot_size
+    from .topics import DEVICE_USER
 except ImportError:
     from fixedpoint import parse_decimal
+    from layout import CONFIG_ID_MAX, DEVICE_ID_MAX, MAX_COLS, reading_size
+    from ringlayout import slot_count, slot_size
+    from topics import DEVICE_USER
 
 _U32 = 0xFFFFFFFF
 _COLUMN_KEYS = ("num", "den", "offset", "raw_min", "raw_max", "delta_q")
 KEYS = ("board", "device_id", "config_id", "columns", "epsilon", "centre", "window_records",
-         "window_seconds", "window_cap", "broker_host", "broker_port", "broker_user",
-         "broker_password", "broker_tls", "broker_ca", "client_id", "keepalive",
+         "window_seconds", "window_cap", "lifetime_cap", "broker_host", "broker_port", "broker_user",
+         "broker_password", "broker_tls", "broker_ca", "broker_tls_insecure", "client_id", "keepalive",
          "max_inflight", "ack_timeout_ms", "backoff_max_ms", "ring_path", "ring_records",
          "ring_bytes", "wifi_ssid", "wifi_password", "ledger_path", "period_ms", "stimulus")
 _BIG = 1 << 62
@@ -87,8 +101,8 @@ def _columns(raw):
     cols = raw.get("columns")
     if cols is None:
         raise ConfigError("columns: required")
-    if not isinstance(cols, list) or not 1 <= len(cols) <= 16:
-        raise ConfigError("columns: must be a list of 1..16 column objects")
+    if not isinstance(cols, list) or not 1 <= len(cols) <= MAX_COLS:
+        raise ConfigError("columns: must be a list of 1..%d column objects" % MAX_COLS)
     out = []
     for j in range(len(cols)):
         c = cols[j]
@@ -134,8 +148,8 @@ def validate(raw, profile):
     if name is not None and name != profile["name"]:
         raise ConfigError("board: the config names %s, but is checked for %s" % (name, profile["name"]))
     c["board"] = profile["name"]
-    dev = c["device_id"] = _int(raw, "device_id", 1, _U32)
-    c["config_id"] = _int(raw, "config_id", 0, 0xFFFF, 0)
+    dev = c["device_id"] = _int(raw, "device_id", 1, DEVICE_ID_MAX)
+    c["config_id"] = _int(raw, "config_id", 0, CONFIG_ID_MAX, 0)
     cols = c["columns"] = _columns(raw)
     m = len(cols)
     if profile.get("adc_pins") is not None and m > len(profile["adc_pins"]):
@@ -152,20 +166,41 @@ def validate(raw, profile):
         raise ConfigError("window_records: set exactly one of window_records and window_seconds")
     c["window_records"] = _int(raw, "window_records", 1, _U32) if ws is None else 0
     c["window_seconds"] = _int(raw, "window_seconds", 1, _U32) if wr is None else 0
+    if c["window_seconds"] and not profile.get("clock"):
+        raise ConfigError("window_seconds: board %s has no trustworthy clock (it restarts at "
+                          "boot and syncs no NTP); give window_records" % profile["name"])
     cap = c["window_cap"] = _dec(raw, "window_cap")
     if cap[0] * eps[1] < m * eps[0] * cap[1]:
         raise ConfigError("window_cap: must be at least the epsilon of one record (%d x %s)"
                           % (m, raw["epsilon"]))
+    if "lifetime_cap" in raw:
+        life = _dec(raw, "lifetime_cap")
+        if life[0] * eps[1] < m * eps[0] * life[1]:
+            raise ConfigError("lifetime_cap: must be at least the epsilon of one record (%d x %s)"
+                              % (m, raw["epsilon"]))
+    else:
+        life = (cap[0] * 1000, cap[1])
+    c["lifetime_cap"] = life
     if profile["transport"] == "mqtt":
         c["broker_host"] = _str(raw, "broker_host")
         tls = c["broker_tls"] = raw.get("broker_tls", False)
         if not isinstance(tls, bool):
             raise ConfigError("broker_tls: must be true or false")
         c["broker_port"] = _int(raw, "broker_port", 1, 0xFFFF, 8883 if tls else 1883)
-        c["broker_user"] = _str(raw, "broker_user", "d%d" % dev)
+        c["broker_user"] = _str(raw, "broker_user", DEVICE_USER % dev)
         c["broker_password"] = _str(raw, "broker_password")
         c["broker_ca"] = _str(raw, "broker_ca") if "broker_ca" in raw else None
-        c["client_id"] = _str(raw, "client_id", "dpsense-d%d" % dev)
+        # TLS without a CA authenticates nobody: whoever answers gets the password. Only an
+        # explicitly named switch allows it, and the board says so at boot and in its status.
+        insecure = c["broker_tls_insecure"] = raw.get("broker_tls_insecure", False)
+        if not isinstance(insecure, bool):
+            raise ConfigError("broker_tls_insecure: must be true or false")
+        if insecure and (not tls or c["broker_ca"] is not None):
+            raise ConfigError("broker_tls_insecure: only with broker_tls and without broker_ca")
+        if tls and c["broker_ca"] is None and not insecure:
+            raise ConfigError("broker_ca: required with broker_tls (the broker's CA certificate, "
+                              "DER); broker_tls_insecure: true skips the check, for tests only")
+        c["client_id"] = _str(raw, "client_id", "dpsense-" + DEVICE_USER % dev)
         c["keepalive"] = _int(raw, "keepalive", 5, 3600, 60)
         c["max_inflight"] = _int(raw, "max_inflight", 1, 32, 8)
         c["ack_timeout_ms"] = _int(raw, "ack_timeout_ms", 200, 600000, 10000)
@@ -188,10 +223,10 @@ def validate(raw, profile):
         c["ring_path"] = _str(raw, "ring_path", profile.get("ring_path", "ring.bin"))
         c["ring_records"] = _int(raw, "ring_records", 2, 65535, 64)
         c["ring_bytes"] = _int(raw, "ring_bytes", 64, 1 << 30, 16384)
-        # A slot holds the 8-byte slot header, the reading (26 + 4m) and the correction (16).
-        slot = 8 + 26 + 4 * m + 16
-        if (c["ring_bytes"] - 16) // slot < 2:
-            raise ConfigError("ring_bytes: too small for 2 records of %d bytes" % slot)
+        # firmware/ring.py's own bound, checked before a board (or the host) builds the ring.
+        room = reading_size(m)
+        if slot_count(room, c["ring_records"], c["ring_bytes"]) < 2:
+            raise ConfigError("ring_bytes: too small for 2 records of %d bytes" % slot_size(room))
     if profile.get("wifi"):
         c["wifi_ssid"] = _str(raw, "wifi_ssid")
         c["wifi_password"] = _str(raw, "wifi_password", None, True)

@@ -18,6 +18,7 @@ except ImportError:
 START = 0x7E                       # "~"
 MAX_PAYLOAD = 128
 MAX_LINE = 2 + 2 * MAX_PAYLOAD + 4 + 1
+MAX_TEXT = 1024                     # a console or status line of a serial board (not a frame)
 _HEX = b"0123456789abcdef"
 
 

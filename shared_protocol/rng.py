@@ -71,7 +71,7 @@ class UrandomRNG:
 
     Bytes are fetched in blocks of ``block`` and never reused. Raises
     ``AttributeError``/``ImportError`` at construction on ports without
-    ``os.urandom`` (the micro:bit): a board profile must then name its weaker source.
+    ``os.urandom`` (the micro:bit): firmware/app.py then releases nothing.
     """
 
     def __init__(self, urandom=None, block=32):

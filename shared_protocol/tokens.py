@@ -6,7 +6,10 @@ A token names neither the device nor the reading; with 64 random bits, two of a
 window's n tokens collide with probability below n*n/2**65 (3e-8 for a million).
 """
 
-TOKEN_SIZE = 8
+try:
+    from .layout import TOKEN_SIZE
+except ImportError:
+    from layout import TOKEN_SIZE
 
 
 def new_token(rng):

@@ -15,26 +15,19 @@ Decoding checks every field and the exact length; anything malformed raises
 
 import struct
 
-VERSION = 1
-KIND_READING = 1
-KIND_CORRECTION = 2
-TOKEN_SIZE = 8
-MAX_COLS = 16
-INT32_MIN = -2147483648      # reserved: never a valid value or d_diff
-INT32_MAX = 2147483647
-
-_READING_HEAD = "<BBBBIII8sH"
-_READING_HEAD_SIZE = 26
-_CORRECTION = "<BBH8si"
-CORRECTION_SIZE = 16
+# The numbers live in layout.py (small enough for every board); wire re-exports them.
+try:
+    from .layout import (CORRECTION, CORRECTION_SIZE, INT32_MAX, INT32_MIN, KIND_CORRECTION,
+                         KIND_READING, MAX_COLS, READING_HEAD, READING_HEAD_SIZE, TOKEN_SIZE,
+                         VERSION, reading_size)
+except ImportError:
+    from layout import (CORRECTION, CORRECTION_SIZE, INT32_MAX, INT32_MIN, KIND_CORRECTION,
+                        KIND_READING, MAX_COLS, READING_HEAD, READING_HEAD_SIZE, TOKEN_SIZE,
+                        VERSION, reading_size)
 
 
 class ProtocolError(ValueError):
     """A message or frame that is not valid v1; the text says why."""
-
-
-def reading_size(ncols):
-    return _READING_HEAD_SIZE + 4 * ncols
 
 
 def _check_u(name, v, bits):
@@ -68,9 +61,9 @@ def encode_reading_into(buf, device_id, boot_id, seq, token, config_id, values):
         _check_i32("value", v)
     if len(buf) < reading_size(n):
         raise ValueError("buffer too small")
-    struct.pack_into(_READING_HEAD, buf, 0, VERSION, KIND_READING, n, 0,
+    struct.pack_into(READING_HEAD, buf, 0, VERSION, KIND_READING, n, 0,
                      device_id, boot_id, seq, bytes(token), config_id)
-    off = _READING_HEAD_SIZE
+    off = READING_HEAD_SIZE
     for v in values:
         struct.pack_into("<i", buf, off, v)
         off += 4
@@ -89,7 +82,7 @@ def encode_correction_into(buf, token, d_diff):
     _check_i32("d_diff", d_diff)
     if len(buf) < CORRECTION_SIZE:
         raise ValueError("buffer too small")
-    struct.pack_into(_CORRECTION, buf, 0, VERSION, KIND_CORRECTION, 0, bytes(token), d_diff)
+    struct.pack_into(CORRECTION, buf, 0, VERSION, KIND_CORRECTION, 0, bytes(token), d_diff)
     return CORRECTION_SIZE
 
 
@@ -114,10 +107,10 @@ def decode_reading(buf):
     kind = _head(buf)
     if kind != KIND_READING:
         raise ProtocolError("not a reading record (kind %d)" % kind)
-    if len(buf) < _READING_HEAD_SIZE:
+    if len(buf) < READING_HEAD_SIZE:
         raise ProtocolError("short reading: %d bytes" % len(buf))
     _, _, n, flags, device_id, boot_id, seq, token, config_id = struct.unpack_from(
-        _READING_HEAD, buf, 0)
+        READING_HEAD, buf, 0)
     if n < 1 or n > MAX_COLS:
         raise ProtocolError("ncols %d out of range 1..%d" % (n, MAX_COLS))
     if len(buf) != reading_size(n):
@@ -127,7 +120,7 @@ def decode_reading(buf):
         raise ProtocolError("unknown flags 0x%02x" % flags)
     if device_id == 0:
         raise ProtocolError("device_id 0 is reserved")
-    values = struct.unpack_from("<%di" % n, buf, _READING_HEAD_SIZE)
+    values = struct.unpack_from("<%di" % n, buf, READING_HEAD_SIZE)
     for v in values:
         if v == INT32_MIN:
             raise ProtocolError("value -2**31 is reserved")
@@ -142,7 +135,7 @@ def decode_correction(buf):
     if len(buf) != CORRECTION_SIZE:
         raise ProtocolError("correction record must be %d bytes, got %d"
                             % (CORRECTION_SIZE, len(buf)))
-    _, _, reserved, token, d_diff = struct.unpack_from(_CORRECTION, buf, 0)
+    _, _, reserved, token, d_diff = struct.unpack_from(CORRECTION, buf, 0)
     if reserved != 0:
         raise ProtocolError("reserved field must be 0, got %d" % reserved)
     if d_diff == INT32_MIN:

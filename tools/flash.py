@@ -1,6 +1,7 @@
 """Put dpsense's board code on a MicroPython board, an emulated micro:bit, or a folder.
 
-Run from the repository root as ``python tools/flash.py --help``. The upload machinery
+Run from a checkout as ``python tools/flash.py --help``, or as ``dpsense-flash --help``
+where dpsense is installed (the wheel carries the firmware files). The upload machinery
 lives in ``tools/deploy.py``; this file is the command line over it.
 """
 
@@ -17,41 +18,46 @@ from typing import Sequence
 
 from dpsense.tools.deploy import (
     BOARDS,
-    ENTRY_POINTS,
-    FIRMWARE_DIR,
     GENERIC_SERIAL,
     MICROBIT_BOOT_FILES,
     MICROBIT_CHECKER,
     MICROBIT_FILES,
-    MICROBIT_IMPORTS,
-    PACKAGE,
-    SHARED_DIR,
+    MIP_PACKAGE_JSON,
     Board,
     Log,
-    Upload,
     board_uploads,
     check_imports,
     check_imports_unix,
-    default_sources,
     default_uploads,
     deploy,
     deploy_folder,
     importable,
     micropython_binary,
+    mip_package,
+    mip_package_text,
     open_board,
-    plan,
-    resolve_sources,
-    shrink_source,
 )
 from dpsense.tools.qemu import QemuMicrobit
-from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplError
+from dpsense.tools.rawrepl import RawRepl, ReplError
 
-# The library names stay importable from here (tests and rigs use ``tools.flash``).
-__all__ = ["BOARDS", "Board", "board_uploads", "ENTRY_POINTS", "FIRMWARE_DIR", "GENERIC_SERIAL", "Log", "MICROBIT_BOOT_FILES", "MICROBIT_CHECKER", "MICROBIT_FILES", "MICROBIT_IMPORTS",
-           "PACKAGE", "QemuMicrobit", "RawRepl", "RawReplError", "ReplError", "SHARED_DIR", "Upload",
-           "check_imports", "check_imports_unix", "default_sources", "default_uploads", "deploy",
-           "deploy_folder", "importable", "main", "micropython_binary", "open_board", "plan",
-           "resolve_sources", "shrink_source"]
+
+def _prog() -> str:
+    """The command as its user typed it: the console script, or the checkout's file."""
+    checkout = (Path(__file__).resolve().parents[1] / "pyproject.toml").is_file()
+    if Path(sys.argv[0]).name == "dpsense-flash" or not checkout:
+        return "dpsense-flash"
+    return "python tools/flash.py"
+
+
+PROG = _prog()
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and examples as written, each example spelled as this command is run."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return super()._fill_text(text.replace("python tools/flash.py", PROG), width, indent)
+
 
 def _examples(indent: str = "  ") -> str:
     lines = []
@@ -146,29 +152,31 @@ def _verify_examples() -> str:
 def _all_examples() -> str:
     return "\n".join([
         "  # the emulated micro:bit: QEMU, node files, config, checks, then the node runs",
-        "  python tools/flash.py all --board qemu-microbit --device-id 7 --data-dir dpsense-data",
-        "  dpsense gateway --port /dev/pts/N --device-id 7 --data-dir dpsense-data   # N as printed",
+        "  python tools/flash.py all --board qemu-microbit --device-id 7 --password-file d7.pw",
+        "  dpsense gateway --port /dev/pts/N --device-id 7 --password-file d7.pw   # N as printed",
         "  # a real ESP32 (MicroPython image from micropython.org/download/ESP32_GENERIC)",
         "  python tools/flash.py all --board esp32 --port /dev/ttyUSB0 --image %s --device-id 7 "
-        "--config-json esp32.json --broker-host 192.168.1.20" % ESP32_IMAGE,
+        "--config-json esp32.json --broker-host broker.lan --broker-ca dpsense-data/broker/tls/ca.pem"
+        % ESP32_IMAGE,
         "  # a Pico W (hold BOOTSEL while plugging it in, for the image)",
         "  python tools/flash.py all --board pico_w --port /dev/ttyACM0 --image %s --device-id 8 "
-        "--config-json picow.json --broker-host 192.168.1.20" % PICO_W_IMAGE,
-        "  # a Pico (no radio): then `dpsense gateway --port /dev/ttyACM0 --device-id 9`",
+        "--config-json picow.json --broker-host broker.lan --broker-ca dpsense-data/broker/tls/ca.pem"
+        % PICO_W_IMAGE,
+        "  # a Pico (no radio): then `dpsense gateway --port /dev/ttyACM0 --device-id 9 --password-file d9.pw`",
         "  python tools/flash.py all --board pico --port /dev/ttyACM0 --image %s --device-id 9 "
-        "--config-json pico.json" % PICO_IMAGE,
-        "  # a real micro:bit v1: then `dpsense gateway --port <printed pty> --device-id 10`",
+        "--config-json pico.json --password-file d9.pw" % PICO_IMAGE,
+        "  # a real micro:bit v1: then `dpsense gateway --port <printed pty> --device-id 10 --password-file d10.pw`",
         "  python tools/flash.py all --board microbit --port /dev/ttyACM0 --image %s "
-        "--device-id 10" % MICROBIT_IMAGE,
+        "--device-id 10 --password-file d10.pw" % MICROBIT_IMAGE,
         "  # the unix port, into a folder",
         "  python tools/flash.py all --board unix --port out/unix --device-id 7 --config-json unix.json",
     ])
 
 
 def build_parser() -> argparse.ArgumentParser:
-    fmt = argparse.RawDescriptionHelpFormatter
+    fmt = _Formatter
     p = argparse.ArgumentParser(
-        prog="flash.py", formatter_class=fmt,
+        prog=PROG.rsplit(" ", 1)[-1], formatter_class=fmt,
         description="Deploy dpsense board code to MicroPython boards and run code on them.",
         epilog=_main_help())
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -234,6 +242,26 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--timeout", type=float, default=30.0)
     e.add_argument("--baud", type=int, default=115200)
 
+    pj = sub.add_parser("package-json", formatter_class=fmt,
+                        help="print or check firmware/package.json, the firmware for mip",
+                        description="The firmware as a MicroPython package for mip: every file "
+                        "deploy writes by default to a board with folders (shared_protocol/, "
+                        "the firmware modules, boards/), as [path on the board, url relative "
+                        "to the package.json], and the project's version. Printed on stdout; "
+                        "--write puts it in %s, --check exits 1 if that file differs."
+                        % MIP_PACKAGE_JSON.name,
+                        epilog="examples:\n"
+                        "  python tools/flash.py package-json --check\n"
+                        "  python tools/flash.py package-json --write\n"
+                        "  mpremote mip install --target / firmware/package.json   # a board on USB\n"
+                        "  # on a board with network: import mip; "
+                        "mip.install('github:OWNER/REPO/firmware/package.json', target='/')")
+    pj_mode = pj.add_mutually_exclusive_group()
+    pj_mode.add_argument("--write", action="store_true",
+                         help="write it next to the firmware (firmware/package.json)")
+    pj_mode.add_argument("--check", action="store_true",
+                         help="exit 1 when the firmware's package.json is missing or differs")
+
     def identity(sp: argparse.ArgumentParser, port_required: bool = False) -> None:
         sp.add_argument("--board", required=True, choices=list(BOARDS))
         sp.add_argument("--port", help="serial device or pty (a folder for --board unix); "
@@ -255,8 +283,15 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--broker-host", default=os.environ.get("DPSENSE_BROKER_HOST", "127.0.0.1"),
                         help="the broker address written into the config of an MQTT board: "
                         "one the board can reach (default 127.0.0.1, fine for the unix port only)")
-        sp.add_argument("--broker-port", type=int,
-                        default=int(os.environ.get("DPSENSE_BROKER_PORT", "1883")))
+        sp.add_argument("--broker-port", type=int, default=None,
+                        help="default: $DPSENSE_BROKER_PORT, else 8883 with --broker-ca, else 1883")
+        sp.add_argument("--broker-ca", metavar="CA_CERT",
+                        help="the broker's CA certificate (PEM or DER, e.g. "
+                        "dpsense-data/broker/tls/ca.pem): an MQTT board gets it as ca.der and "
+                        "speaks TLS (required for a broker off loopback)")
+        sp.add_argument("--password-file", metavar="PATH",
+                        help="also write the device account's password here (mode 0600), e.g. "
+                        "for `dpsense gateway --password-file PATH`; the broker keeps no copy")
 
     f = sub.add_parser("firmware", formatter_class=fmt, help="flash a MicroPython image",
                        description="Put a MicroPython image on a board: esptool for the ESP32, "
@@ -324,7 +359,7 @@ def cmd_qemu(args: argparse.Namespace) -> int:
     with QemuMicrobit(**kwargs) as qemu:
         print(qemu.banner.splitlines()[0] if qemu.banner else "MicroPython")
         print("emulated micro:bit on %s (QEMU pid %s); Ctrl-C stops it" % (qemu.pty, qemu.pid))
-        print("  python tools/flash.py deploy --board qemu-microbit --port %s" % qemu.pty)
+        print("  %s deploy --board qemu-microbit --port %s" % (PROG, qemu.pty))
         sys.stdout.flush()
         while qemu.running():
             time.sleep(0.5)
@@ -347,6 +382,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                                             " on %s" % args.port if args.port else ""))
     if board.name == "unix":
         folder = Path(args.port)
+        folder.mkdir(parents=True, exist_ok=True)
         uploads = board_uploads(board, uploads, args.mpy, folder=folder)
         deploy_folder(folder, uploads)
         if args.check:
@@ -382,6 +418,26 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_package_json(args: argparse.Namespace) -> int:
+    text = mip_package_text(mip_package())
+    if args.write:
+        MIP_PACKAGE_JSON.write_text(text)
+        print("wrote %s" % MIP_PACKAGE_JSON)
+    elif args.check:
+        try:
+            ok = MIP_PACKAGE_JSON.read_text() == text
+        except FileNotFoundError:
+            ok = False
+        if not ok:
+            print("flash: %s is missing or out of date; run `%s package-json --write`"
+                  % (MIP_PACKAGE_JSON, PROG), file=sys.stderr)
+            return 1
+        print("%s is up to date" % MIP_PACKAGE_JSON)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def _need_port(board: Board, port: str | None, what: str) -> None:
     if not port and board.name != "qemu-microbit":
         raise SystemExit("flash: %s --board %s needs --port (e.g. --port %s)"
@@ -398,23 +454,38 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
                log: Log = print) -> tuple[str, bytes, dict]:
     """Config built and checked, account (re)made, config file written (and checked by a
     micro:bit itself); its name, bytes and keys."""
+    from dpsense.protocol.topics import DEVICE_USER
     from dpsense.tools import provision as pv
     base = pv.load_base(args.config_json, args.from_profile)
+    der = _ca_der(args)
+    mqtt = der is not None and pv.board_profile(args.board)["transport"] == "mqtt"
     # Check the keys before touching the broker or the board.
     cfg = pv.build_config(args.board, base, args.device_id, "unset", args.broker_host,
-                          args.broker_port)
-    password = pv.add_device_account(args.data_dir, args.device_id, args.broker_port)
+                          _broker_port(args), mqtt)
+    password = pv.add_device_account(args.data_dir, args.device_id)
     cfg = pv.build_config(args.board, base, args.device_id, password, args.broker_host,
-                          args.broker_port)
-    log("broker account d%d created/reset in %s (password in %s)"
-        % (args.device_id, Path(args.data_dir) / "broker",
-           Path(args.data_dir) / "broker" / "credentials" / ("d%d" % args.device_id)))
+                          _broker_port(args), mqtt)
+    user = DEVICE_USER % args.device_id
+    log("broker account %s created/reset in %s" % (user, Path(args.data_dir) / "broker"))
+    if args.password_file:
+        from dpsense.cloud.files import write_private
+        write_private(args.password_file, password + "\n")
+        log("  its password: %s (mode 0600; the broker keeps no copy)" % args.password_file)
+    elif "broker_password" not in cfg:
+        # A serial board's gateway logs in for it: the one place the password is shown.
+        log("  its password, for `dpsense gateway` (shown once; the broker keeps no copy): %s"
+            % password)
     folder = Path(args.port) if args.board == "unix" else None
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
+    if mqtt and der is not None:
+        ca_name, _ = pv.write_ca(repl, der, folder)
+        log("  %-30s %6d bytes  the broker's CA (DER), for broker_ca" % (ca_name, len(der)))
     name, data = pv.write_config(repl, cfg, folder, args.board)
     where = folder / name if folder is not None else "%s on the board" % name
     log("  %-30s %6d bytes  verified (%s)" % (where, len(data), ", ".join(sorted(cfg))))
+    if name == "config.json":
+        log("  a fresh privacy ledger: a new lifetime budget (%s)" % cfg.get("ledger_path", "ledger.bin"))
     if name == "config.txt":
         assert repl is not None
         from dpsense.tools.microbit import check_microbit_config
@@ -422,6 +493,25 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
         log("  config.txt checked by the board itself (mbcfg, written for the check and "
             "removed after it): ok; mbnode.run's arguments in mbargs.txt")
     return name, data, cfg
+
+
+def _ca_der(args: argparse.Namespace) -> bytes | None:
+    if not args.broker_ca:
+        return None
+    from dpsense.cloud.errors import UsageError
+    from dpsense.cloud.tls import der_of
+    try:
+        return der_of(Path(args.broker_ca))
+    except (OSError, UsageError) as e:
+        raise SystemExit("flash: --broker-ca %s: %s" % (args.broker_ca, getattr(e, "strerror", None) or e))
+
+
+def _broker_port(args: argparse.Namespace) -> int:
+    """--broker-port, else DPSENSE_BROKER_PORT, else 8883 with TLS (--broker-ca) or 1883."""
+    if args.broker_port is not None:
+        return int(args.broker_port)
+    env = os.environ.get("DPSENSE_BROKER_PORT")
+    return int(env) if env else (8883 if args.broker_ca else 1883)
 
 
 def cmd_provision(args: argparse.Namespace) -> int:
@@ -488,7 +578,8 @@ def cmd_all(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     # Fail on a bad config before anything is flashed or written.
     base = pv.load_base(args.config_json, args.from_profile)
-    pv.build_config(args.board, base, args.device_id, "unset", args.broker_host, args.broker_port)
+    pv.build_config(args.board, base, args.device_id, "unset", args.broker_host, _broker_port(args),
+                    args.broker_ca is not None and pv.board_profile(args.board)["transport"] == "mqtt")
     print("== firmware")
     if args.image or board.name == "qemu-microbit":
         pv.flash_image(args.board, args.image, args.port, args.mount)
@@ -531,7 +622,9 @@ def cmd_all(args: argparse.Namespace) -> int:
             repl.exit()
             repl.transport.write(b"\x04")      # soft reset: main.py starts with config.json
             print("board soft-reset: main.py runs with the new config.json%s"
-                  % ("; now `dpsense gateway --port %s --device-id %d`" % (args.port, args.device_id)
+                  % ("; now `dpsense gateway --port %s --device-id %d%s`"
+                     % (args.port, args.device_id,
+                        " --password-file %s" % args.password_file if args.password_file else "")
                      if board.name == "pico" else ""))
             return 0
         if args.no_run:
@@ -543,8 +636,9 @@ def cmd_all(args: argparse.Namespace) -> int:
         with NodeBridge(repl, rows, period) as bridge:
             print("== run: mbnode.run(*<mbargs.txt>), arguments %s" % pv.node_call(cfg)[10:])
             print("gateway port: %s" % bridge.pty)
-            print("  dpsense gateway --port %s --device-id %d --data-dir %s --broker-port %d"
-                  % (bridge.pty, args.device_id, args.data_dir, args.broker_port))
+            print("  dpsense gateway --port %s --device-id %d --data-dir %s --broker-port %d%s"
+                  % (bridge.pty, args.device_id, args.data_dir, _broker_port(args),
+                     " --password-file %s" % args.password_file if args.password_file else ""))
             print("feeding %s every %.3f s; Ctrl-C stops the node%s"
                   % ("rows of %s" % args.stimulus if args.stimulus else "synthetic rows", period,
                      " and QEMU" if not args.port else ""))
@@ -563,7 +657,7 @@ def cmd_all(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"qemu": cmd_qemu, "ptyboard": cmd_ptyboard, "deploy": cmd_deploy,
-               "exec": cmd_exec, "firmware": cmd_firmware, "provision": cmd_provision,
+               "exec": cmd_exec, "package-json": cmd_package_json, "firmware": cmd_firmware, "provision": cmd_provision,
                "verify": cmd_verify, "all": cmd_all}[args.command]
     try:
         return handler(args)

@@ -9,12 +9,14 @@
 Nothing of the node, its checker and its ledger reader fits in one ~9.8 KB heap, so
 each runs in a boot of its own, driven over the raw REPL: the check when the board is
 provisioned (mbcfg, written for it and removed after it: its flash is the node's), which
-leaves ``mbnode.run``'s arguments in ``mbargs.txt``; and before every start of the node,
-its ledger read back (mbstate) into ``mbled.txt``, which the node's boot removes once read.
+leaves ``mbnode.run``'s arguments in ``mbargs.txt``, to which the host adds the
+whole-domain epsilon of a record, worked out from those arguments by the full firmware's
+mechanism; and before every start of the node, its ledger read back (mbstate) into
+``mbled.txt``, which the node's boot removes once read.
 """
 from __future__ import annotations
 
-import json
+import ast
 import os
 import select
 import threading
@@ -23,7 +25,7 @@ import tty
 from typing import Any, Iterable, Sequence
 
 from dpsense.tools.deploy import MICROBIT_IMPORTS
-from dpsense.tools.provision import MICROBIT_KEYS, Log, ProvisionError
+from dpsense.tools.provision import Log, ProvisionError
 from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplError
 
 # The micro:bit's boots, each in a fresh heap. One raw-REPL exec per step: a step's
@@ -38,11 +40,8 @@ MICROBIT_CHECK = (
 )
 # mbnode.run's arguments, read back into ``a``.
 _ARGS = "f=open('mbargs.txt')\na=eval(f.read())\nf.close()\n"
-# What load() leaves is too fragmented to compile more: the whole-domain epsilon is added
-# to the arguments in a boot of its own.
-MICROBIT_WORST = ("import mbstate\n" + _ARGS +
-                  "a=a+(mbstate.worst(a[2],a[3]),)\nf=open('mbargs.txt','w')\nf.write(repr(a))\n"
-                  "f.close()\nprint('worst',a[7])")
+# The arguments as the check left them, for the host to add the whole-domain epsilon to.
+MICROBIT_READ_ARGS = "f=open('mbargs.txt')\nprint(f.read())\nf.close()"
 # Before every start of the node: the ledger as the last release left it, to mbled.txt.
 MICROBIT_LEDGER = ("import mbstate\n" + _ARGS +
                    "f=open('mbled.txt','w')\n"
@@ -58,10 +57,23 @@ class BoardConfigError(ProvisionError):
     """The board refused its config; the text is its ``config error: <key>: ...`` line."""
 
 
+def worst_epsilon(args: Sequence[Any]) -> tuple[int, int]:
+    """The epsilon of a record whose values lie anywhere in the clamped domains, reduced
+    ``(num, den)``, for ``mbnode.run``'s first arguments as the board read them:
+    ``RecordMechanism.epsilon_row_worst`` of those columns (the host computes it, so the
+    board carries no copy of the affine map and the mechanism's sums for it)."""
+    from dpsense.protocol.fixedpoint import Affine
+    from dpsense.protocol.mechanism import Column, RecordMechanism
+    eps = tuple(args[3])
+    cols = [Column(Affine(c[0], c[1], c[2], c[3], c[4]), c[5], eps) for c in args[2]]
+    return RecordMechanism(cols, list(args[4]), None).epsilon_row_worst()
+
+
 def check_microbit_config(repl: RawRepl) -> str:
     """Let the micro:bit check its config.txt: write the checker (mbcfg), run MICROBIT_CHECK
-    in a fresh heap, remove the checker, add the whole-domain epsilon (MICROBIT_WORST). The
-    board's output; BoardConfigError carries its ``config error: <key>: ...`` line."""
+    in a fresh heap, remove the checker, then add the whole-domain epsilon (``worst_epsilon``)
+    to the arguments the board wrote. The board's output and a line ``worst <num>/<den>``;
+    BoardConfigError carries the board's ``config error: <key>: ...`` line."""
     from dpsense.tools.deploy import BOARDS, MICROBIT_CHECKER, plan, resolve_sources
     checker = plan(BOARDS["microbit"], resolve_sources([MICROBIT_CHECKER]))[0]
     repl.soft_reset()
@@ -82,12 +94,15 @@ def check_microbit_config(repl: RawRepl) -> str:
     if "config ok" not in out:
         raise ProvisionError("the config check printed neither 'config ok' nor an error: %r" % out)
     try:
-        out += repl.exec(MICROBIT_WORST, 30)
-    except RawReplError as e:
-        raise ProvisionError("the whole-domain epsilon failed on the board: %s"
-                             % e.exception_line) from e
+        text = repl.exec(MICROBIT_READ_ARGS, 30).strip()
+        args = ast.literal_eval(text)
+    except (RawReplError, ValueError, SyntaxError) as e:
+        raise ProvisionError("cannot read back the arguments the check wrote (mbargs.txt): %s"
+                             % getattr(e, "exception_line", e)) from e
+    worst = worst_epsilon(args)
+    repl.write_file("mbargs.txt", repr(tuple(args) + (worst,)).encode())
     repl.soft_reset()
-    return out
+    return out + "worst %d/%d\n" % worst
 
 
 def boot_microbit_node(repl: RawRepl) -> bytes:
@@ -223,49 +238,3 @@ class NodeBridge:
         if self.master >= 0:
             os.close(self.master)
             self.master = -1
-
-
-def microbit_config_text(cfg: dict[str, Any]) -> str:
-    """The micro:bit's ``config.txt`` for a provisioning dict, in firmware/mbcfg.py's format.
-
-    Written as given, without checking: the board's ``mbcfg.load`` validates it and names
-    the key of an error (``config error: <key>: ...``), as config.py does for the other
-    boards. Every key but those config.py knows and the micro:bit node has no use for (the
-    broker password: the gateway logs in for the board; the host's ``period_ms`` and
-    ``stimulus``; ring, TLS and Wi-Fi settings); values as JSON, so types stay apart (``0.5`` is
-    a number, ``"0.5"`` a string), and ``columns`` key by key (``columns[0].num=1``). A
-    key the format cannot hold as it is (``=``, spaces, ``columns[...]`` at the top) is
-    written quoted, which the board refuses as an unknown key.
-    """
-    def key(k: Any, top: bool) -> str:
-        s = str(k)
-        if (not s or s[0] in "#\"" or (top and s.startswith("columns["))
-                or any(c == "=" or not " " < c <= "~" for c in s)):
-            s = json.dumps(s).replace("=", "\\u003d")
-        return s
-
-    def val(v: Any) -> str:
-        if not isinstance(v, tuple):       # JSON has no tuples: json.dumps would make a list
-            try:
-                return json.dumps(v, separators=(",", ":"))
-            except (TypeError, ValueError):
-                pass
-        return "<%s>" % type(v).__name__   # no JSON value: a type the board accepts nowhere
-
-    from dpsense.protocol.config import KEYS as config_keys
-    unused = set(config_keys) - set(MICROBIT_KEYS) - {"window_seconds", "broker_host",
-                                                     "broker_port", "broker_user"}
-    lines = []
-    for k, v in cfg.items():
-        if k in unused:
-            continue
-        if k == "columns" and isinstance(v, list) and v:
-            for j, col in enumerate(v):
-                if isinstance(col, dict) and col:
-                    lines += ["columns[%d].%s=%s" % (j, key(ck, False), val(cv))
-                              for ck, cv in col.items()]
-                else:
-                    lines.append("columns[%d]=%s" % (j, val(col)))
-        else:
-            lines.append("%s=%s" % (key(k, True), val(v)))
-    return "".join(line + "\n" for line in lines)

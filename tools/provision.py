@@ -8,9 +8,9 @@
 Config rules are shared_protocol/config.py's own ``validate`` with the board's profile from
 firmware/boards/, run on the host, so a provisioning error names its key before anything
 is written. The micro:bit gets only what ``mbnode.run`` takes, as ``config.txt``
-(firmware/mbcfg.py's format: its heap holds no JSON), and no broker password: the
-gateway logs in for it; tools/microbit.py has its boots (the board's own check of that
-file, each start of the node) and the bridge that feeds it.
+(firmware/mbcfg.py's format: its heap holds no JSON; ``microbit_config_text``), and no
+broker password: the gateway logs in for it; tools/microbit.py has its boots (the board's
+own check of that file, each start of the node) and the bridge that feeds it.
 """
 from __future__ import annotations
 
@@ -52,6 +52,8 @@ DEMO_CONFIG: dict[str, Any] = {
 MICROBIT_KEYS = ("device_id", "config_id", "columns", "epsilon", "centre", "window_records",
                  "window_cap")
 BROKER_KEYS = ("broker_host", "broker_port", "broker_user", "broker_password")
+# The broker's CA on an MQTT board, as its config's broker_ca names it.
+CA_FILE = "ca.der"
 
 class ProvisionError(ValueError):
     """A config that cannot go to this board; the text names the key."""
@@ -93,10 +95,13 @@ def load_base(config_json: str | None, from_profile: str | None) -> dict[str, An
 
 
 def build_config(board: str, base: dict[str, Any], device_id: int, password: str | None,
-                 broker_host: str = "127.0.0.1", broker_port: int = 1883) -> dict[str, Any]:
+                 broker_host: str = "127.0.0.1", broker_port: int = 1883,
+                 tls_ca: bool = False) -> dict[str, Any]:
     """The config.json for ``board``: ``base`` plus the device's identity and account,
-    checked with shared_protocol/config.py's ``validate`` (ProvisionError names the key)."""
+    checked with shared_protocol/config.py's ``validate`` (ProvisionError names the key).
+    ``tls_ca``: the board gets the broker's CA as ``CA_FILE`` (``write_ca``) and speaks TLS."""
     from dpsense.protocol.config import ConfigError, validate
+    from dpsense.protocol.topics import DEVICE_USER
     profile = board_profile(board)
     raw = dict(base)
     raw["device_id"] = device_id
@@ -106,8 +111,15 @@ def build_config(board: str, base: dict[str, Any], device_id: int, password: str
             raise ProvisionError("broker_host: %s is this machine's loopback; the %s board needs "
                                  "an address it can reach (give --broker-host, e.g. this "
                                  "machine's LAN address)" % (broker_host, profile["name"]))
+        if not tls_ca and not _loopback(broker_host):
+            raise ProvisionError("broker_host: %s is off loopback, where the broker speaks TLS only "
+                                 "(dpsense broker run --tls): give --broker-ca, the broker's CA "
+                                 "(dpsense broker make-ca)" % broker_host)
         raw.update(broker_host=broker_host, broker_port=broker_port,
-                   broker_user="d%d" % device_id, broker_password=password)
+                   broker_user=DEVICE_USER % device_id, broker_password=password)
+        if tls_ca:
+            raw.update(broker_tls=True, broker_ca=CA_FILE)
+            raw.pop("broker_tls_insecure", None)
     else:
         for k in BROKER_KEYS:
             raw.pop(k, None)
@@ -139,22 +151,29 @@ def node_call(cfg: dict[str, Any]) -> str:
         list(cfg["centre"]), cfg["window_records"], parse_decimal(cfg["window_cap"]))
 
 
-def add_device_account(data_dir: str | Path, device_id: int, broker_port: int) -> str:
-    """Create or reset the broker account ``d<N>``; its password.
-
-    Adding an account rewrites the broker's mosquitto.conf; its listener line is kept
-    as it is (a broker run with ``--broker-host 0.0.0.0`` for boards on the LAN stays so).
+def add_device_account(data_dir: str | Path, device_id: int) -> str:
+    """Create or reset the broker account ``d<N>``; its password, which the broker keeps
+    nowhere in clear: the caller puts it in the board's config or hands it to the gateway.
+    A running broker re-reads its accounts; its mosquitto.conf (listener, TLS) is untouched.
     """
     from dpsense.cloud.broker import Broker
-    host, port = "127.0.0.1", broker_port
-    conf = Path(data_dir) / "broker" / "mosquitto.conf"
-    if conf.is_file():
-        for line in conf.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 3 and parts[0] == "listener" and parts[1].isdigit():
-                host, port = parts[2], int(parts[1])
-    _, password = Broker(data_dir, port=port, host=host).add_device(device_id)
+    _, password = Broker(data_dir).add_device(device_id)
     return password
+
+
+def write_ca(repl: RawRepl | None, der: bytes, folder: Path | None = None) -> tuple[str, bytes]:
+    """The broker's CA certificate (DER: MicroPython's mbedTLS loads no PEM) as ``CA_FILE``."""
+    if folder is not None:
+        (folder / CA_FILE).write_bytes(der)
+    else:
+        assert repl is not None
+        repl.write_file(CA_FILE, der)
+    return CA_FILE, der
+
+
+def _loopback(host: str) -> bool:
+    from dpsense.cloud.broker import is_loopback
+    return is_loopback(host)
 
 
 # -- firmware images -----------------------------------------------------------------------
@@ -233,22 +252,77 @@ def config_name(board: str) -> str:
 def config_file(board: str, cfg: dict[str, Any]) -> tuple[str, bytes]:
     """(file name, bytes) of ``cfg`` for ``board``."""
     if config_name(board) == "config.txt":
-        from dpsense.tools.microbit import microbit_config_text
         return "config.txt", microbit_config_text(cfg).encode()
     return "config.json", config_bytes(cfg)
 
 
+def microbit_config_text(cfg: dict[str, Any]) -> str:
+    """The micro:bit's ``config.txt`` for a provisioning dict, in firmware/mbcfg.py's format.
+
+    Written as given, without checking: the board's ``mbcfg.load`` validates it and names
+    the key of an error (``config error: <key>: ...``), as config.py does for the other
+    boards. Every key but those config.py knows and the micro:bit node has no use for (the
+    broker password: the gateway logs in for the board; the host's ``period_ms`` and
+    ``stimulus``; ring, TLS and Wi-Fi settings); values as JSON, so types stay apart (``0.5`` is
+    a number, ``"0.5"`` a string), and ``columns`` key by key (``columns[0].num=1``). A
+    key the format cannot hold as it is (``=``, spaces, ``columns[...]`` at the top) is
+    written quoted, which the board refuses as an unknown key.
+    """
+    def key(k: Any, top: bool) -> str:
+        s = str(k)
+        if (not s or s[0] in "#\"" or (top and s.startswith("columns["))
+                or any(c == "=" or not " " < c <= "~" for c in s)):
+            s = json.dumps(s).replace("=", "\\u003d")
+        return s
+
+    def val(v: Any) -> str:
+        if not isinstance(v, tuple):       # JSON has no tuples: json.dumps would make a list
+            try:
+                return json.dumps(v, separators=(",", ":"))
+            except (TypeError, ValueError):
+                pass
+        return "<%s>" % type(v).__name__   # no JSON value: a type the board accepts nowhere
+
+    from dpsense.protocol.config import KEYS as config_keys
+    unused = set(config_keys) - set(MICROBIT_KEYS) - {"window_seconds", "broker_host",
+                                                     "broker_port", "broker_user"}
+    lines = []
+    for k, v in cfg.items():
+        if k in unused:
+            continue
+        if k == "columns" and isinstance(v, list) and v:
+            for j, col in enumerate(v):
+                if isinstance(col, dict) and col:
+                    lines += ["columns[%d].%s=%s" % (j, key(ck, False), val(cv))
+                              for ck, cv in col.items()]
+                else:
+                    lines.append("columns[%d]=%s" % (j, val(col)))
+        else:
+            lines.append("%s=%s" % (key(k, True), val(v)))
+    return "".join(line + "\n" for line in lines)
+
+
 def write_config(repl: RawRepl | None, cfg: dict[str, Any], folder: Path | None = None,
                  board: str = "unix") -> tuple[str, bytes]:
-    """Write ``cfg`` as the board's config file (in ``folder`` for the unix port); its
-    name and bytes."""
+    """Write ``cfg`` as the board's config file (in ``folder`` for the unix port), and on
+    a board with a ledger file a fresh ledger (a new lifetime budget: the board refuses to
+    release with a damaged or missing one until this is done again); the config's name and
+    bytes."""
+    from dpsense.protocol.ledgerfile import fresh
     name, data = config_file(board, cfg)
+    ledger = None
+    if name == "config.json":
+        ledger = cfg.get("ledger_path") or board_profile(board).get("ledger_path")
     if folder is not None:
         (folder / name).write_bytes(data)
         os.chmod(folder / name, 0o600)
+        if ledger:
+            (folder / ledger).write_bytes(fresh())
     else:
         assert repl is not None
         repl.write_file(name, data)
+        if ledger:
+            repl.write_file(ledger, fresh())
     return name, data
 
 

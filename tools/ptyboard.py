@@ -479,9 +479,11 @@ class PtyBoard:
                        MICROPYPATH=os.pathsep.join(["", ".frozen", shims]),
                        PTYBOARD_RESET=cause, PTYBOARD_RUN_MAIN="0" if raw else "1",
                        PTYBOARD_RESET_SIGNAL=str(int(RESET_SIGNAL)))
+            # -c, not the script's path: the port would put the script's folder first on
+            # sys.path, where MICROPYPATH puts "" (the board's folder) as on a board.
             self._proc = subprocess.Popen(
-                [sys.executable, "-c", _TRAMPOLINE, self.micropython, "-i",
-                 os.path.join(shims, "_ptyboard_boot.py")],
+                [sys.executable, "-c", _TRAMPOLINE, self.micropython, "-i", "-c",
+                 "execfile(%r)" % os.path.join(shims, "_ptyboard_boot.py")],
                 stdin=slave, stdout=slave, stderr=slave, cwd=self.folder, env=env,
                 start_new_session=True, close_fds=True)
         except BaseException:

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import IO
 
-from dpsense.tools.rawrepl import PtyTransport, RawRepl, ReplTimeout
+from dpsense.cloud.serialport import PtyTransport
+from dpsense.tools.rawrepl import RawRepl, ReplTimeout
 
 QEMU = "qemu-system-arm"
 FIRMWARE = Path("/usr/share/firmware-microbit-micropython/firmware.hex")

@@ -25,12 +25,10 @@ Protocol (MicroPython ``pyexec.c``): Ctrl-A enters the raw REPL, which answers
 from __future__ import annotations
 
 import ast
-import os
-import select
 import time
-import tty
 import zlib
-from typing import Protocol
+
+from dpsense.cloud.serialport import Transport, open_transport
 
 RAW_BANNER = b"raw REPL; CTRL-B to exit\r\n>"
 CTRL_A, CTRL_B, CTRL_C, CTRL_D, CTRL_E = b"\x01", b"\x02", b"\x03", b"\x04", b"\x05"
@@ -72,90 +70,6 @@ class VerifyError(ReplError):
     """A file read back from the device differs from what was sent."""
 
 
-class Transport(Protocol):
-    """Byte pipe to a board: the only thing ``RawRepl`` needs from a port."""
-
-    def write(self, data: bytes) -> None: ...
-
-    def read_some(self, timeout: float) -> bytes:
-        """Whatever arrives within ``timeout`` seconds (at least one byte), or b""."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class PtyTransport:
-    """A pseudo-terminal such as QEMU's ``-serial pty``, opened raw, without pyserial.
-
-    Opening it is what makes QEMU deliver output: while no process has the pty open,
-    QEMU treats the line as disconnected and the board's output is lost.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_NOCTTY)
-        try:
-            tty.setraw(self._fd)
-        except Exception:
-            os.close(self._fd)
-            raise
-
-    def write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
-
-    def read_some(self, timeout: float) -> bytes:
-        ready, _, _ = select.select([self._fd], [], [], max(timeout, 0.0))
-        if not ready:
-            return b""
-        return os.read(self._fd, 4096)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-class SerialTransport:
-    """A USB/UART serial port (``/dev/ttyACM0``, ``/dev/ttyUSB0``, ``COM3``) via pyserial."""
-
-    def __init__(self, port: str, baud: int = 115200) -> None:
-        try:
-            import serial
-        except ImportError as e:
-            raise ReplError("pyserial is needed for %s: install it (`pip install pyserial`) "
-                            "or run with .venv/bin/python" % port) from e
-        self.path = port
-        if "://" in port:
-            self._ser = serial.serial_for_url(port, baudrate=baud, timeout=0)
-        else:
-            self._ser = serial.Serial(port, baudrate=baud, timeout=0)
-
-    def write(self, data: bytes) -> None:
-        self._ser.write(data)
-        self._ser.flush()
-
-    def read_some(self, timeout: float) -> bytes:
-        self._ser.timeout = max(timeout, 0.0)
-        first = self._ser.read(1)
-        if not first:
-            return b""
-        waiting = self._ser.in_waiting
-        return first + (self._ser.read(waiting) if waiting else b"")
-
-    def close(self) -> None:
-        self._ser.close()
-
-
-def open_transport(port: str, baud: int = 115200) -> Transport:
-    """A pty path gets ``PtyTransport``; anything else (or a pyserial URL) pyserial."""
-    if os.path.realpath(port).startswith("/dev/pts/"):
-        return PtyTransport(port)
-    return SerialTransport(port, baud)
-
-
 # Run on the device after a write: size and Adler-32 of a file, read 64 bytes at a
 # time so it needs almost no heap. Pure Python, because the micro:bit has no zlib.
 _CHECKSUM_FN = (
@@ -180,7 +94,7 @@ def adler32_parts(data: bytes) -> tuple[int, int, int]:
 
 
 class RawRepl:
-    """Raw-REPL session over a ``Transport``.
+    """Raw-REPL session over a ``Transport`` (a pty or serial port, cloud/serialport.py).
 
     ``chunk_size``/``pause`` pace plain raw-REPL writes (0 sends at once).
     ``raw_paste``: True/False forces raw-paste mode on or off; None probes once and

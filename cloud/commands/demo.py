@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from dpsense import __version__
+from dpsense.cloud.commands.common import examples, seed
 
 
 def parser_demo(p: argparse.ArgumentParser) -> None:
+    p.epilog = examples("dpsense demo", "dpsense demo --n 20000 --epsilon 0.1 --no-sweep --out out/quick")
     p.add_argument("--n", type=int, default=100_000, help="readings (default 100000)")
     p.add_argument("--devices", type=int, default=10, help="simulated devices (default 10)")
     p.add_argument("--separation", type=float, default=220.0,
@@ -15,7 +16,9 @@ def parser_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", choices=("scale", "shift"), default="scale",
                    help="how outliers are pushed out (SPEC 1.7; default scale)")
     p.add_argument("--epsilon", default="0.5", help="epsilon per column, a decimal (default 0.5)")
-    p.add_argument("--seed", type=int, default=1, help="seed for data and noise (default 1)")
+    p.add_argument("--seed", type=seed, default=None,
+                   help="seed the data and the boards' noise: reproducible, not private "
+                        "(default: synthetic data of seed 1, noise from the OS CSPRNG)")
     p.add_argument("--out", default="out/demo", help="report and data folder (default out/demo)")
     p.add_argument("--no-sweep", action="store_true", help="skip the recall-vs-epsilon sweep")
     p.add_argument("--correction-mode", choices=("paper", "bands"), default="bands",
@@ -25,42 +28,35 @@ def parser_demo(p: argparse.ArgumentParser) -> None:
 def do_demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from dpsense.cloud.broker import BrokerError
-    from dpsense.cloud.pipeline import DemoError, DemoOptions, run_pipeline_demo
-    try:
-        opts = DemoOptions(n=args.n, devices=args.devices, separation=args.separation, shape=args.shape,
-                           epsilon=args.epsilon, seed=args.seed, out=Path(args.out), sweep=not args.no_sweep,
-                           mode=args.correction_mode)
-        return run_pipeline_demo(opts)
-    except (ValueError, DemoError, BrokerError) as e:
-        print("dpsense demo: %s" % e, file=sys.stderr)
-        return 2 if isinstance(e, ValueError) else 1
+    from dpsense.cloud.pipeline import DemoOptions, run_pipeline_demo
+    opts = DemoOptions(n=args.n, devices=args.devices, separation=args.separation, shape=args.shape,
+                       epsilon=args.epsilon, seed=args.seed, out=Path(args.out), sweep=not args.no_sweep,
+                       mode=args.correction_mode)
+    return run_pipeline_demo(opts)
 
 
 def parser_perturb(p: argparse.ArgumentParser) -> None:
+    p.epilog = examples("dpsense perturb", "dpsense perturb --n 20000 --epsilon 1 --seed 3")
     p.add_argument("--n", type=int, default=100_000, help="readings in the window (default 100000)")
     p.add_argument("--separation", type=float, default=220.0,
                    help="gap between normal readings and outliers, paper 1 (default 220)")
     p.add_argument("--shape", choices=("scale", "shift"), default="scale",
                    help="how outliers are pushed out (SPEC 1.7; default scale)")
     p.add_argument("--epsilon", default="0.5", help="epsilon per column, a decimal (default 0.5)")
-    p.add_argument("--seed", type=int, default=1,
-                   help="seed for data and noise; 0 draws noise from the OS CSPRNG (default 1)")
+    p.add_argument("--seed", type=seed, default=None,
+                   help="seed the data and the noise: reproducible, not private "
+                        "(default: synthetic data of seed 1, noise from the OS CSPRNG)")
 
 
 def do_perturb(args: argparse.Namespace) -> int:
     from dpsense.cloud.perturb_summary import SummaryOptions, run_summary
-    try:
-        opts = SummaryOptions(n=args.n, separation=args.separation, shape=args.shape,
-                              epsilon=args.epsilon, seed=args.seed)
-        return run_summary(opts)
-    except ValueError as e:
-        print("dpsense perturb: %s" % e, file=sys.stderr)
-        return 2
+    opts = SummaryOptions(n=args.n, separation=args.separation, shape=args.shape,
+                          epsilon=args.epsilon, seed=args.seed)
+    return run_summary(opts)
 
 
 def parser_version(p: argparse.ArgumentParser) -> None:
-    pass
+    p.epilog = examples("dpsense version")
 
 
 def do_version(args: argparse.Namespace) -> int:

@@ -2,17 +2,21 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from dpsense.cloud.commands.common import parse_floats, parse_ints
+from dpsense.cloud.commands.common import examples, parse_floats, parse_ints
 
 
 def parser_experiment(p: argparse.ArgumentParser) -> None:
+    p.epilog = examples("dpsense experiment paper1 --n 20000 --runs 2 --out out/paper1",
+                        "dpsense experiment paper4 --scenario 1")
     sub = p.add_subparsers(dest="experiment", metavar="NAME", required=True)
     e = sub.add_parser("paper1", help="paper 1, Fig. 3: recall and subset size of each correction mode",
                        description="Reproduce paper 1, Fig. 3 (SPEC 1.7) over several seeds with the baselines, "
                                    "the 2017 reconstruction and both correction modes; writes results.md, "
-                                   "runs.csv and paper1.png.")
+                                   "runs.csv and paper1.png.",
+                       epilog=examples("dpsense experiment paper1",
+                                       "dpsense experiment paper1 --n 20000 --seeds 1,2 --separations 220,400 "
+                                       "--epsilons 0.1,0.5 --mode paper"))
     e.add_argument("--separations", type=parse_floats, default=(50.0, 120.0, 220.0, 400.0),
                    help="comma-separated separations (default 50,120,220,400)")
     e.add_argument("--epsilons", type=parse_floats, default=(0.1, 0.5, 1.0),
@@ -51,7 +55,8 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
     e.add_argument("--out", default="out/paper1", help="output directory (default out/paper1)")
     e3 = sub.add_parser("paper3", help="paper 3 on Adult: DP-PCA error vs LAP/EXP, DP-LDA accuracy and AUC",
                         description="Reproduce paper 3 (SPEC 3.7) on UCI Adult; writes results.md, runs.csv and "
-                                    "paper3.png. The defaults take about a minute; --full uses the paper's sizes.")
+                                    "paper3.png. The defaults take about a minute; --full uses the paper's sizes.",
+                        epilog=examples("dpsense experiment paper3", "dpsense experiment paper3 --full"))
     e3.add_argument("--epsilons", type=parse_floats, default=(0.1, 0.25, 0.5, 1.0, 1.25, 1.5),
                     help="comma-separated epsilons (default 0.1,0.25,0.5,1,1.25,1.5)")
     e3.add_argument("--ks", type=parse_floats, default=tuple(range(1, 11)), help="comma-separated k (default 1..10)")
@@ -66,7 +71,9 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
     e4 = sub.add_parser("paper4", help="paper 4, Figs. 3-7: DP outlier counts (1) and top-h subspaces (2)",
                         description="Reproduce paper 4 (SPEC 4.9): --scenario 1 (noise std-dev of the count, "
                                     "smooth vs global) or 2 (precision/recall of the top-h subspaces); writes "
-                                    "scenarioN.md and scenarioN.png. Paper-mode columns are labelled NOT DP.")
+                                    "scenarioN.md and scenarioN.png. Paper-mode columns are labelled NOT DP.",
+                        epilog=examples("dpsense experiment paper4 --scenario 1",
+                                        "dpsense experiment paper4 --scenario 2 --hs 1,2,3 --runs 200"))
     e4.add_argument("--scenario", type=int, choices=(1, 2), required=True, help="1 or 2")
     e4.add_argument("--epsilons", type=parse_floats, default=None,
                     help="comma-separated epsilons (default 0.1..0.9 for 1, 0.2,0.4,0.8,1.6,3.2 for 2)")
@@ -81,7 +88,9 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
     e2 = sub.add_parser("paper2", help="paper 2: DP vs sensitively private (beta, r)-anomaly identification",
                         description="Accuracy of the DP and (epsilon, k)-SP anomaly identification queries on "
                                     "anomalies and normal records (SPEC 2.7); writes results.md, rows.csv and "
-                                    "paper2.png.")
+                                    "paper2.png.",
+                        epilog=examples("dpsense experiment paper2",
+                                        "dpsense experiment paper2 --datasets synthetic --epsilons 0.5,1"))
     e2.add_argument("--datasets", default="synthetic,ionosphere",
                     help="comma-separated: synthetic, ionosphere (default both)")
     e2.add_argument("--epsilons", type=parse_floats, default=(0.01, 0.1, 0.5, 1.0, 2.0),
@@ -95,7 +104,8 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
     e2.add_argument("--seed", type=int, default=1, help="seed of data and answers (default 1)")
     ev = sub.add_parser("verify", help="paper 1 + 2: verify the corrected candidate set with SP anomaly queries",
                         description="Run the paper-1 correction protocol on one window, then answer an "
-                                    "(epsilon, k)-SP (beta, r)-anomaly query per candidate; writes results.md.")
+                                    "(epsilon, k)-SP (beta, r)-anomaly query per candidate; writes results.md.",
+                        epilog=examples("dpsense experiment verify", "dpsense experiment verify --n 20000 --ks 1,5"))
     ev.add_argument("--n", type=int, default=20_000, help="points in the window (default 20000)")
     ev.add_argument("--separation", type=float, default=220.0, help="paper-1 separation (default 220)")
     ev.add_argument("--epsilon-ldp", type=float, default=0.5, help="local epsilon per column (default 0.5)")
@@ -111,51 +121,36 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
 
 def _do_paper2(args: argparse.Namespace) -> int:
     from dpsense.cloud.experiments.paper2 import Paper2Config, main
-    try:
-        cfg = Paper2Config(datasets=tuple(d.strip() for d in args.datasets.split(",") if d.strip()),
-                           epsilons=args.epsilons, ks=parse_ints("--ks", args.ks), beta=args.beta,
-                           anomaly_share=args.anomaly_share, n_synthetic=args.n, seed=args.seed)
-    except (TypeError, ValueError) as e:
-        print("dpsense experiment: %s" % e, file=sys.stderr)
-        return 2
+    cfg = Paper2Config(datasets=tuple(d.strip() for d in args.datasets.split(",") if d.strip()),
+                       epsilons=args.epsilons, ks=parse_ints("--ks", args.ks), beta=args.beta,
+                       anomaly_share=args.anomaly_share, n_synthetic=args.n, seed=args.seed)
     return main(cfg, args.out)
 
 
 def _do_verify(args: argparse.Namespace) -> int:
     from dpsense.cloud.experiments.verify import VerifyConfig, main
-    try:
-        cfg = VerifyConfig(n=args.n, separation=args.separation, epsilon_ldp=args.epsilon_ldp,
-                           dbscan_eps=args.dbscan_eps, dbscan_min_samples=args.dbscan_min_samples,
-                           epsilons=args.epsilons, ks=parse_ints("--ks", args.ks), seed=args.seed)
-    except (TypeError, ValueError) as e:
-        print("dpsense experiment: %s" % e, file=sys.stderr)
-        return 2
+    cfg = VerifyConfig(n=args.n, separation=args.separation, epsilon_ldp=args.epsilon_ldp,
+                       dbscan_eps=args.dbscan_eps, dbscan_min_samples=args.dbscan_min_samples,
+                       epsilons=args.epsilons, ks=parse_ints("--ks", args.ks), seed=args.seed)
     return main(cfg, args.out)
 
 
 def _do_paper3(args: argparse.Namespace) -> int:
     from dpsense.cloud.experiments.paper3 import Paper3Config, main
-    try:
-        synth = None if args.full or args.lda_synthetic == 0 else args.lda_synthetic
-        cfg = Paper3Config(epsilons=args.epsilons, ks=parse_ints("--ks", args.ks), trials=10 if args.full else args.trials,
-                           n=args.n, lda_synthetic=synth, seed=args.seed)
-    except (TypeError, ValueError) as e:
-        print("dpsense experiment: %s" % e, file=sys.stderr)
-        return 2
+    synth = None if args.full or args.lda_synthetic == 0 else args.lda_synthetic
+    cfg = Paper3Config(epsilons=args.epsilons, ks=parse_ints("--ks", args.ks), trials=10 if args.full else args.trials,
+                       n=args.n, lda_synthetic=synth, seed=args.seed)
     return main(cfg, args.out)
 
 
 def _do_paper4(args: argparse.Namespace) -> int:
+    from dpsense.cloud.errors import UsageError
     from dpsense.cloud.experiments.paper4 import Paper4Config, main
-    try:
-        if any(h != int(h) for h in args.hs):
-            raise ValueError("--hs must be integers")
-        cfg = Paper4Config(scenario=args.scenario, epsilons=args.epsilons or (), hs=tuple(int(h) for h in args.hs),
-                           draws=20 if args.full else args.draws, runs=args.runs,
-                           adult_positive=args.adult_positive, seed=args.seed)
-    except (TypeError, ValueError) as e:
-        print("dpsense experiment: %s" % e, file=sys.stderr)
-        return 2
+    if any(h != int(h) for h in args.hs):
+        raise UsageError("--hs must be integers")
+    cfg = Paper4Config(scenario=args.scenario, epsilons=args.epsilons or (), hs=tuple(int(h) for h in args.hs),
+                       draws=20 if args.full else args.draws, runs=args.runs,
+                       adult_positive=args.adult_positive, seed=args.seed)
     return main(cfg, args.out)
 
 
@@ -169,14 +164,10 @@ def do_experiment(args: argparse.Namespace) -> int:
     if args.experiment == "paper3":
         return _do_paper3(args)
     from dpsense.cloud.experiments.paper1 import Paper1Config, main
-    try:
-        cfg = Paper1Config(separations=args.separations, epsilons=args.epsilons,
-                           seeds=parse_ints("--seeds", args.seeds), runs=args.runs, n=args.n, shape=args.shape,
-                           mode=args.mode, alpha=args.alpha, skip_margin=args.skip_margin,
-                           band_width=args.band_width, sensitivity=args.sensitivity, split=args.split,
-                           bound=args.bound, guard=args.guard, kappa_sep=args.kappa_sep, kappa_gap=args.kappa_gap,
-                           dbscan_eps=args.dbscan_eps, dbscan_min_samples=args.dbscan_min_samples)
-    except (TypeError, ValueError) as e:
-        print("dpsense experiment: %s" % e, file=sys.stderr)
-        return 2
+    cfg = Paper1Config(separations=args.separations, epsilons=args.epsilons,
+                       seeds=parse_ints("--seeds", args.seeds), runs=args.runs, n=args.n, shape=args.shape,
+                       mode=args.mode, alpha=args.alpha, skip_margin=args.skip_margin,
+                       band_width=args.band_width, sensitivity=args.sensitivity, split=args.split,
+                       bound=args.bound, guard=args.guard, kappa_sep=args.kappa_sep, kappa_gap=args.kappa_gap,
+                       dbscan_eps=args.dbscan_eps, dbscan_min_samples=args.dbscan_min_samples)
     return main(cfg, args.out)

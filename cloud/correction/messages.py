@@ -1,8 +1,9 @@
 """Messages of one correction round between the analyst A and the correction server CS.
 
 JSON objects on ``dpsense/round/to-cs`` and ``dpsense/round/to-analyst``; every message
-carries the round id (the detection window) and its step. The first step names the mode
-of the round (``MODES``); a correction server answers only the mode it runs and replies
+carries the round id and its step. The round id counts the analyst's attempts (a held window's
+retry is a new round); it names no window, device group or device. The first step names the
+mode of the round (``MODES``); a correction server answers only the mode it runs and replies
 ``error`` to any other.
 
 Mode ``paper`` (SPEC 1.5):
@@ -30,15 +31,13 @@ from typing import Any
 
 import numpy as np
 
-TOKEN_SIZE = 8
+from dpsense.cloud.errors import RoundError
+from dpsense.protocol.layout import TOKEN_SIZE
+
 STEPS = ("presumed", "split", "rows", "bands", "result", "error")
 MODES = ("paper", "bands")
 #: The step that opens a round of each mode.
 OPENING = {"paper": "presumed", "bands": "bands"}
-
-
-class RoundError(ValueError):
-    """A round message that cannot be understood."""
 
 
 def encode(step: str, round_id: int, **fields: Any) -> bytes:

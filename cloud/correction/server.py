@@ -6,6 +6,13 @@ correction record has not arrived is left out of every decision: a presumed outl
 without d_diff stays a true positive (the paper never drops a true positive without
 evidence), such a row is never proposed as a false negative, and in mode bands it is
 returned as unknown so that the analyst keeps its own verdict.
+
+The server may start before its parameters are known (no profile yet: w_O for mode paper,
+the normal radius for mode bands): it stores correction records from the start and answers
+a round with an error until its parameters resolve, so the analyst holds the window and
+retries. Its round subscription is a clean session: a round sent while the server was down
+is not queued for it (the analyst retries it under a new round id), so a restarted server
+never works through a backlog of abandoned rounds.
 """
 from __future__ import annotations
 
@@ -24,7 +31,9 @@ from dpsense.cloud import topics
 from dpsense.cloud.correction import messages as msg
 from dpsense.cloud.correction.bands import Bands, band_candidates, lower_edges
 from dpsense.cloud.correction.rules import CorrectionParams, RowReduction, Split, false_negatives, split_presumed
+from dpsense.cloud.errors import UsageError
 from dpsense.cloud.ingest.service import Connection
+from dpsense.cloud.session import Session
 
 
 @dataclass
@@ -39,11 +48,12 @@ class _Round:
 
 
 def check_mode(mode: str, params: CorrectionParams) -> None:
-    """A server configured for ``mode`` with ``params`` can answer its rounds (ValueError if not)."""
+    """A server configured for ``mode`` with ``params`` can answer its rounds (UsageError, a
+    ValueError, if not)."""
     if mode not in msg.MODES:
-        raise ValueError("correction mode must be one of %s, got %r" % (msg.MODES, mode))
+        raise UsageError("correction mode must be one of %s, got %r" % (msg.MODES, mode))
     if mode == "bands" and not params.normal_radius > 0:
-        raise ValueError("correction mode bands needs a normal radius > 0")
+        raise UsageError("correction mode bands needs a normal radius > 0")
 
 
 class CorrectionRounds:
@@ -144,39 +154,58 @@ class CorrectionRounds:
 
 
 class CorrectionServer:
-    """MQTT loop around ``CorrectionRounds``; its store is opened in the thread that uses it."""
+    """MQTT loop around ``CorrectionRounds``; its store is opened in the thread that uses it.
 
-    def __init__(self, conn: Connection, params: CorrectionParams,
+    ``params`` is fixed, or a function that returns them once they are known (None until then).
+    """
+
+    def __init__(self, conn: Connection, params: CorrectionParams | Callable[[], CorrectionParams | None],
                  open_store: Callable[[], Any], log: Callable[[str], None] | None = None,
-                 mode: str = "paper") -> None:
-        check_mode(mode, params)
+                 mode: str = "paper", waiting: str = "its parameters are not known yet") -> None:
+        if not callable(params):
+            check_mode(mode, params)
+        elif mode not in msg.MODES:
+            raise UsageError("correction mode must be one of %s, got %r" % (msg.MODES, mode))
         self.conn = conn
-        self.params = params
+        self._resolve = params if callable(params) else (lambda: params)
+        self.params: CorrectionParams | None = None
         self.mode = mode
+        self.waiting = waiting
         self.open_store = open_store
         self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
         self._q: queue.Queue[bytes] = queue.Queue()
-        self._connected = threading.Event()
-        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=False,
+        self.session = Session(conn, "correction server", self.log)
+        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=True,
                         protocol=mqtt.MQTTv311)
-        c.username_pw_set(conn.username, conn.password)
+        c.reconnect_delay_set(1, 5)
+        conn.apply(c)
         c.on_connect = self._on_connect
+        c.on_disconnect = lambda cl, u, flags, reason, props: self.session.lost(reason)
         c.on_message = lambda cl, u, m: self._q.put(bytes(m.payload))
         self._client = c
         self.rounds_done = 0
 
     def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
-        if not reason.is_failure:
+        if self.session.accepted(reason):
             client.subscribe(topics.ROUND_TO_CS, qos=1)
-            self._connected.set()
+
+    def _rounds(self, lookup: Callable[[list[bytes]], dict[bytes, int]]) -> CorrectionRounds | None:
+        """The round logic once the parameters are known (None until then)."""
+        self.params = self._resolve()
+        if self.params is None:
+            return None
+        check_mode(self.mode, self.params)
+        self.log("correction server: mode %s, w_O = %g quanta, normal radius %g quanta; answering rounds"
+                 % (self.mode, self.params.w_o, self.params.normal_radius))
+        return CorrectionRounds(self.params, lookup, mode=self.mode)
 
     def run(self, stop: threading.Event) -> None:
-        self._client.connect(self.conn.host, self.conn.port, keepalive=self.conn.keepalive)
-        self._client.loop_start()
-        if not self._connected.wait(10):
-            raise ConnectionError("correction server: no broker connection")
+        self.session.start(self._client)
         store = self.open_store()
-        rounds = CorrectionRounds(self.params, store.lookup, mode=self.mode)
+        rounds: CorrectionRounds | None = None
+        if self._resolve() is None:
+            self.log("correction server: %s; storing correction records and refusing rounds until then"
+                     % self.waiting)
         try:
             while not stop.is_set():
                 try:
@@ -188,6 +217,14 @@ class CorrectionServer:
                 except msg.RoundError as e:
                     self.log("correction server: ignored round message: %s" % e)
                     continue
+                if rounds is None:
+                    rounds = self._rounds(store.lookup)
+                    if rounds is None:
+                        self.log("correction server: round %d refused: %s" % (body["round"], self.waiting))
+                        self._client.publish(topics.ROUND_TO_ANALYST, msg.encode(
+                            "error", body["round"], reason="the correction server refuses rounds: %s"
+                            % self.waiting), qos=1)
+                        continue
                 reply = rounds.handle(body)
                 if reply is not None:
                     self._client.publish(topics.ROUND_TO_ANALYST, reply, qos=1)

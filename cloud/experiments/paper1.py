@@ -55,7 +55,7 @@ from dpsense.cloud.experiments.noise import discrete_laplace
 from dpsense.cloud.outliers.dbscan import DBSCANOutliers, check_n_jobs, counts_within
 
 METHODS = ("raw", "global", "relaxed", "reconstruction", "paper", "bands")
-CORRECTIONS = ("reconstruction", "paper", "bands")
+CORRECTING = ("reconstruction", "paper", "bands")
 MODES = ("paper", "bands")
 METHOD_LABELS = {
     "raw": "DBSCAN on raw data (upper bound)",
@@ -500,7 +500,7 @@ def markdown(cfg: Paper1Config, rows: Sequence[Row], elapsed_s: float | None = N
               "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for sep in cfg.separations:
         for eps in cfg.epsilons:
-            rec, pap, ban = (s[(sep, eps, m)] for m in CORRECTIONS)
+            rec, pap, ban = (s[(sep, eps, m)] for m in CORRECTING)
             runs_n = int(rec["accepted"][1])
             lines.append("| %g | %g | %.3f | %.0f | %d/%d | %d/%d / %d/%d | %.2f | %s | %s | %s |" % (
                 sep, eps, rec["jaccard"][0], rec["n_presumed"][0], int(pap["skipped"][0]), runs_n,

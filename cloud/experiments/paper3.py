@@ -23,8 +23,9 @@ import csv
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 
@@ -77,10 +78,10 @@ class Paper3Config:
             raise ValueError("exp_grid must be >= 2")
 
 
-def adult_matrix(rows: Sequence[dict[str, object]], with_income: bool = True) -> tuple[np.ndarray, np.ndarray, Schema]:
+def adult_matrix(rows: Sequence[Mapping[str, str | float]], with_income: bool = True) -> tuple[np.ndarray, np.ndarray, Schema]:
     """``(x, y, schema)``: the encoded Adult matrix, the label (income >50K) and its public schema."""
     cats = CATEGORICAL + ((INCOME,) if with_income else ())
-    cols = [np.array([float(r[name]) for r in rows]) for name, _, _ in NUMERIC]  # type: ignore[arg-type]
+    cols = [np.array([float(r[name]) for r in rows]) for name, _, _ in NUMERIC]
     for name, levels in cats:
         index = {v: i for i, v in enumerate(levels)}
         codes = np.array([index[str(r[name])] for r in rows])
@@ -186,8 +187,18 @@ def run_lda(cfg: Paper3Config, x: np.ndarray, y: np.ndarray, schema: Schema,
     return rows
 
 
+class AdultInfo(TypedDict):
+    """What :func:`run_paper3` reports about the data: sizes, positives, covariance energy."""
+
+    n: int
+    p: int
+    p_lda: int
+    positives: int
+    energy_top10: float
+
+
 def run_paper3(cfg: Paper3Config, progress: Callable[[str], None] | None = None,
-               rows: Sequence[dict[str, object]] | None = None) -> tuple[list[PCARow], list[LDARow], dict[str, object]]:
+               rows: Sequence[Mapping[str, str | float]] | None = None) -> tuple[list[PCARow], list[LDARow], AdultInfo]:
     """Both experiments; ``rows`` defaults to :func:`dpsense.cloud.datasets.load_adult`."""
     say = progress or (lambda s: None)
     if rows is None:
@@ -203,8 +214,8 @@ def run_paper3(cfg: Paper3Config, progress: Callable[[str], None] | None = None,
     lda_rows = run_lda(cfg, xl, yl, schema_l, say)
     z = schema.encode(x)
     w = np.sort(np.linalg.eigvalsh(np.cov(z.T, bias=True)))[::-1]
-    info = {"n": len(x), "p": schema.p, "p_lda": schema_l.p, "positives": int(y.sum()),
-            "energy_top10": float(w[:10].sum() / w.sum())}
+    info = AdultInfo(n=len(x), p=schema.p, p_lda=schema_l.p, positives=int(y.sum()),
+                     energy_top10=float(w[:10].sum() / w.sum()))
     return pca_rows, lda_rows, info
 
 
@@ -232,7 +243,7 @@ def lda_summary(rows: Sequence[LDARow]) -> dict[tuple[str, str, float], dict[str
 
 
 def markdown(cfg: Paper3Config, pca_rows: Sequence[PCARow], lda_rows: Sequence[LDARow],
-             info: dict[str, object], elapsed_s: float | None = None) -> str:
+             info: AdultInfo, elapsed_s: float | None = None) -> str:
     ps = pca_summary(pca_rows)
     ls = lda_summary(lda_rows)
     out = ["# Paper 3 on UCI Adult: DP-PCA and DP-LDA (SPEC 3.7)", "",
@@ -244,7 +255,7 @@ def markdown(cfg: Paper3Config, pca_rows: Sequence[PCARow], lda_rows: Sequence[L
     out += ["## DP-PCA: error ||X_pub - X||_F^2 / n ([0, 1] units, after clipping and argmax)", "",
             "LAP and EXP do not depend on k. Divide by p = %s for the per-entry MSE. The top 10 "
             "eigenvalues of the (non-private) covariance carry %.1f %% of its trace."
-            % (info["p"], 100 * float(info.get("energy_top10", float("nan")))), ""]
+            % (info["p"], 100 * info["energy_top10"]), ""]
     head = "| epsilon | method | " + " | ".join("k=%d" % k for k in cfg.ks) + " |"
     out += [head, "|" + "---|" * (len(cfg.ks) + 2)]
     out.append("| - | PCA (no privacy) | " + " | ".join("%.3f" % ps[("pca", 0.0, k)][0] for k in cfg.ks) + " |")
@@ -304,7 +315,7 @@ def plot(cfg: Paper3Config, pca_rows: Sequence[PCARow], lda_rows: Sequence[LDARo
 
 
 def write_outputs(cfg: Paper3Config, pca_rows: Sequence[PCARow], lda_rows: Sequence[LDARow],
-                  info: dict[str, object], out_dir: str, elapsed_s: float | None = None) -> list[str]:
+                  info: AdultInfo, out_dir: str, elapsed_s: float | None = None) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     md = os.path.join(out_dir, "results.md")
     with open(md, "w") as f:
@@ -324,18 +335,12 @@ def write_outputs(cfg: Paper3Config, pca_rows: Sequence[PCARow], lda_rows: Seque
 
 
 def main(cfg: Paper3Config, out_dir: str) -> int:
-    """Run, write the outputs and report progress on stderr."""
-    from dpsense.cloud.datasets import DataNotInstalled
-
+    """Run, write the outputs and report progress on stderr (DataNotInstalled: Adult is missing)."""
     def say(line: str) -> None:
         print("paper3: " + line, file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
-    try:
-        pca_rows, lda_rows, info = run_paper3(cfg, say)
-    except DataNotInstalled as e:
-        say(str(e))
-        return 1
+    pca_rows, lda_rows, info = run_paper3(cfg, say)
     elapsed = time.perf_counter() - t0
     for path in write_outputs(cfg, pca_rows, lda_rows, info, out_dir, elapsed):
         say("wrote %s" % path)
@@ -343,5 +348,5 @@ def main(cfg: Paper3Config, out_dir: str) -> int:
     return 0
 
 
-__all__ = ["LDARow", "PCARow", "Paper3Config", "adult_matrix", "lda_summary", "main", "markdown",
+__all__ = ["AdultInfo", "LDARow", "PCARow", "Paper3Config", "adult_matrix", "lda_summary", "main", "markdown",
            "pca_summary", "run_lda", "run_paper3", "run_pca", "write_outputs"]

@@ -35,9 +35,11 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
+from dpsense.cloud.datasets import DataNotInstalled
 from dpsense.cloud.privacy.mechanisms import PaperModeWarning, SmoothSensitivityGaussian
 from dpsense.cloud.privacy.outlier_count import global_sensitivity, smooth_bound, subspace_degrees
 from dpsense.cloud.privacy.subspaces import coefficient, utilities
@@ -50,9 +52,23 @@ EPS1 = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 EPS2 = (0.2, 0.4, 0.8, 1.6, 3.2)
 HS = (1, 2, 3, 4, 5)
 
-S1_DATASETS = {"synthetic1": dict(n_in=45, n_out=5, k=3, r=1.1), "adult1": dict(n_in=45, n_out=5, k=3, r=0.35)}
-S2_DATASETS = {"synthetic2": dict(n_in=490, n_out=10, k=3, r=0.13), "adult2": dict(n_in=369, n_out=10, k=3, r=0.02),
-               "ionosphere": dict(n_in=225, n_out=10, k=3, r=0.06)}
+
+class DatasetSpec(TypedDict):
+    """One data set of a scenario: rows drawn (inliers, outliers) and the query's k and r."""
+
+    n_in: int
+    n_out: int
+    k: int
+    r: float
+
+
+S1_DATASETS: dict[str, DatasetSpec] = {
+    "synthetic1": DatasetSpec(n_in=45, n_out=5, k=3, r=1.1),
+    "adult1": DatasetSpec(n_in=45, n_out=5, k=3, r=0.35)}
+S2_DATASETS: dict[str, DatasetSpec] = {
+    "synthetic2": DatasetSpec(n_in=490, n_out=10, k=3, r=0.13),
+    "adult2": DatasetSpec(n_in=369, n_out=10, k=3, r=0.02),
+    "ionosphere": DatasetSpec(n_in=225, n_out=10, k=3, r=0.06)}
 
 MECH_LABELS = {
     "global_lb": "Global, GS lower bound (paper baseline; DP only for d = 1)",
@@ -219,7 +235,7 @@ def run_scenario1(cfg: Paper4Config, progress: Callable[[str], None] | None = No
         for draw in range(cfg.draws):
             try:
                 x, _ = make_data(cfg, name, draw)
-            except RuntimeError as e:          # DataNotInstalled
+            except DataNotInstalled as e:
                 cfg.skipped[name] = str(e)
                 if progress:
                     progress("skip %s: %s" % (name, e))
@@ -303,7 +319,7 @@ def run_scenario2(cfg: Paper4Config, progress: Callable[[str], None] | None = No
         for draw in range(cfg.draws):
             try:
                 x, is_out = make_data(cfg, name, draw)
-            except RuntimeError as e:
+            except DataNotInstalled as e:
                 cfg.skipped[name] = str(e)
                 if progress:
                     progress("skip %s: %s" % (name, e))

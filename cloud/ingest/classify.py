@@ -23,7 +23,9 @@ def classify_reading(topic: str, payload: bytes, received_at: float) -> Reading 
         if device_id != device:
             return DeadLetter(topic, payload, "device_id %d does not match topic user d%d"
                               % (device_id, device), received_at)
-        return Reading(device_id, boot_id, seq, token, config_id, values, topic, received_at)
+        # The payload's value bytes are the stored layout already (wire.decode_reading checked them).
+        return Reading(device_id, boot_id, seq, token, config_id, values, topic, received_at,
+                       bytes(payload[wire.READING_HEAD_SIZE:]))
     except ProtocolError as e:
         return DeadLetter(topic, payload, "malformed: %s" % e, received_at)
     except Exception as e:  # the service must outlive any payload

@@ -12,6 +12,13 @@ so a redelivery after a crash between commit and acknowledgement stores nothing 
 
 PUBACKs carry per-connection packet ids: after a reconnect, messages received on the
 old connection are not acknowledged (the broker redelivers them; storing is idempotent).
+
+A commit that fails for a reason that may pass (``RETRYABLE``: a busy or locked
+database, a lost database connection, an OS error) is logged and retried with a
+capped backoff that ``stop`` interrupts; the batch stays unacknowledged meanwhile.
+Anything else (a damaged store, a schema mismatch, a bug) ends ``run`` with a
+``DpsenseError`` whose text is one line. A broker that cannot be reached at start-up
+raises ``BrokerUnreachable`` (cloud/session.py).
 """
 from __future__ import annotations
 
@@ -26,8 +33,13 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from dpsense.cloud import topics
+from dpsense.cloud.errors import DpsenseError, ServiceError, StorageUnavailable, UsageError
 from dpsense.cloud.ingest.classify import classify_correction, classify_reading
+from dpsense.cloud.session import Session
 from dpsense.cloud.storage.repository import DeadLetter
+
+# Errors of a commit that a later try of the same batch may not meet.
+RETRYABLE = (StorageUnavailable, OSError)
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,16 @@ class Connection:
     password: str
     client_id: str
     keepalive: int = 30
+    tls_ca: str | None = None       # CA (PEM) to check the broker's TLS certificate; None: plain
+
+    def apply(self, client: mqtt.Client) -> None:
+        """Credentials, and TLS (certificate chain and host name checked) when ``tls_ca`` is set."""
+        client.username_pw_set(self.username, self.password)
+        if self.tls_ca:
+            try:
+                client.tls_set(ca_certs=self.tls_ca)
+            except (OSError, ValueError) as e:
+                raise UsageError("--tls-ca %s: %s" % (self.tls_ca, getattr(e, "strerror", None) or e)) from None
 
 
 @dataclass
@@ -82,7 +104,7 @@ class IngestService:
         self.progress_every = progress_every
         self._q: queue.Queue[_Msg] = queue.Queue()
         self._gen = 0
-        self._connected = threading.Event()
+        self.session = Session(conn, "ingest", self.log)
         self._client = self._make_client()
 
     @classmethod
@@ -97,9 +119,10 @@ class IngestService:
     def _make_client(self) -> mqtt.Client:
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self.conn.client_id,
                         clean_session=False, protocol=mqtt.MQTTv311, manual_ack=True)
-        c.username_pw_set(self.conn.username, self.conn.password)
+        self.conn.apply(c)
         c.max_inflight_messages_set(1000)
-        c.reconnect_delay_set(0.2, 5)
+        # paho annotates the delays as int; it waits for any number of seconds.
+        c.reconnect_delay_set(0.2, 5)  # type: ignore[arg-type]
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_message = self._on_message
@@ -107,14 +130,12 @@ class IngestService:
         return c
 
     def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
-        if reason.is_failure:
-            self.log("ingest: broker refused connection: %s" % reason)
+        if not self.session.accepted(reason):
             return
         self._gen += 1
         if self._gen > 1:
             self.stats.reconnects += 1
         client.subscribe(self.topic_filter, qos=1)
-        self._connected.set()
 
     def _on_subscribe(self, client: mqtt.Client, userdata: Any, mid: int, reason_codes: Any, props: Any) -> None:
         if any(rc.is_failure for rc in reason_codes):
@@ -123,19 +144,14 @@ class IngestService:
             self.log("ingest: subscribed to %s (session %s)" % (self.topic_filter, self.conn.client_id))
 
     def _on_disconnect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
-        self._connected.clear()
+        self.session.lost(reason)
 
     def _on_message(self, client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
         self._q.put(_Msg(msg.topic, bytes(msg.payload), msg.mid, msg.qos, self._gen, time.time()))
 
     # -- main loop ------------------------------------------------------------------------
     def start(self, timeout: float = 10.0) -> None:
-        self._client.connect(self.conn.host, self.conn.port, keepalive=self.conn.keepalive)
-        self._client.loop_start()
-        if not self._connected.wait(timeout):
-            self._client.loop_stop()
-            raise ConnectionError("ingest: no connection to %s:%d within %.0f s"
-                                  % (self.conn.host, self.conn.port, timeout))
+        self.session.start(self._client, timeout)
 
     def _take_batch(self) -> list[_Msg]:
         try:
@@ -152,8 +168,11 @@ class IngestService:
                 break
         return batch
 
-    def process(self, batch: list[_Msg]) -> None:
-        records, dead = [], []
+    def process(self, batch: list[_Msg], stop: threading.Event | None = None) -> bool:
+        """Store ``batch`` and acknowledge it; False if ``stop`` was set while a failed commit
+        waited for its retry (the batch is then left to the broker to redeliver)."""
+        records: list[Any] = []
+        dead: list[DeadLetter] = []
         for m in batch:
             r = self.classify(m.topic, m.payload, m.received_at)
             (dead if isinstance(r, DeadLetter) else records).append(r)
@@ -162,10 +181,16 @@ class IngestService:
             try:
                 inserted = self.store.add_batch(records, dead)
                 break
-            except Exception as e:  # storage hiccup: keep the batch, do not ack, retry
-                self.log("ingest: commit failed (%s: %s); retrying in %.1f s" % (type(e).__name__, e, delay))
+            except RETRYABLE as e:
+                self.log("ingest: commit of %d messages failed (%s: %s); retrying in %.1f s"
+                         % (len(batch), type(e).__name__, e, delay))
+            if stop is None:
                 time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+            elif stop.wait(delay):
+                self.log("ingest: stopping; %d messages left unacknowledged, the broker redelivers them"
+                         % len(batch))
+                return False
+            delay = min(delay * 2, 5.0)
         s = self.stats
         s.received += len(batch)
         s.stored += inserted
@@ -176,9 +201,11 @@ class IngestService:
         for m in batch:
             if m.qos > 0 and m.gen == gen:
                 self._client.ack(m.mid, m.qos)
+        return True
 
     def run(self, stop: threading.Event, idle_exit: float | None = None) -> IngestStats:
-        """Process until ``stop`` is set (or nothing arrived for ``idle_exit`` seconds)."""
+        """Process until ``stop`` is set (or nothing arrived for ``idle_exit`` seconds).
+        An error that is not retried ends it as a ``DpsenseError``."""
         self.start()
         last_progress = last_msg = time.monotonic()
         try:
@@ -186,7 +213,7 @@ class IngestService:
                 batch = self._take_batch()
                 now = time.monotonic()
                 if batch:
-                    self.process(batch)
+                    self.process(batch, stop)
                     last_msg = now
                 elif idle_exit is not None and now - last_msg > idle_exit:
                     break
@@ -194,7 +221,12 @@ class IngestService:
                     self._progress()
                     last_progress = now
             while not self._q.empty():
-                self.process(self._take_batch())
+                if not self.process(self._take_batch(), stop):
+                    break
+        except DpsenseError:
+            raise
+        except Exception as e:  # a bug or an unforeseen failure: one line, the cause chained
+            raise ServiceError("ingest stopped: %s: %s" % (type(e).__name__, e)) from e
         finally:
             self._client.disconnect()
             self._client.loop_stop()

@@ -2,6 +2,9 @@
 
     det = DBSCANOutliers(eps=12.0, min_samples=60).fit(x)
     det.outlier_mask_          # True for DBSCAN noise points
+
+One to three columns go to the grid of :mod:`dpsense.cloud.outliers.grid`; more columns
+(or a spread too wide for a grid) to two counting KD-tree queries.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import numpy as np
 from sklearn.neighbors import KDTree
 
 from dpsense.cloud.outliers._base import check_int, check_points, check_real, labels_from_mask
+from dpsense.cloud.outliers.grid import grid_core_noise, grid_fits
 
 #: Rows per tree query. Each query returns only one count per row, so the chunk bounds the
 #: temporaries of the query (there is no neighbourhood list) and is the unit of threading.
@@ -36,6 +40,7 @@ class DBSCANOutliers:
         Points within ``eps`` (the point itself included) that make a point core, ``>= 1``.
     n_jobs : int, optional
         Threads for the tree queries (they release the GIL); None means 1, -1 all CPUs.
+        The grid path (one to three columns) runs in one thread.
 
     Attributes
     ----------
@@ -50,13 +55,22 @@ class DBSCANOutliers:
 
     Notes
     -----
-    Cluster labels are never needed to decide noise, so no neighbourhood is stored: one
-    counting radius query over a KD-tree of all points finds the core points, and one
-    counting radius query over a KD-tree of the core points, for the non-core points only,
-    finds the border points. Memory is O(n) whatever the density; scikit-learn's DBSCAN
-    stores every neighbourhood (O(n * mean neighbours)), which runs out of memory on
-    100,000 points in one dense blob. Time is that of two tree traversals; counting
-    queries skip whole tree nodes that lie inside the ball, so dense cores are cheap.
+    Cluster labels are never needed to decide noise, so no neighbourhood is stored and
+    memory is O(n) whatever the density; scikit-learn's DBSCAN stores every neighbourhood
+    (O(n * mean neighbours)), which runs out of memory on 100,000 points in one dense blob.
+
+    With one to three columns the points are binned on a grid of cells of side
+    ``eps / sqrt(d)`` (:func:`~dpsense.cloud.outliers.grid.grid_core_noise`): a cell with
+    ``min_samples`` points is all core, other points count their neighbours cell by cell
+    (bounding boxes decide whole cells; only cells the ball's boundary cuts are compared
+    point by point), and non-core points look for a core point the same way. A pair is
+    within ``eps`` when the float64 sum of squared coordinate differences is
+    ``<= eps**2``, scikit-learn's KD-tree test, so ties at exactly ``eps`` agree.
+    0.05 to 0.4 s for 100,000 readings of a detection window (``bench/detection.py``).
+
+    With more columns one counting radius query over a KD-tree of all points finds the
+    core points, and one over a KD-tree of the core points, for the non-core points only,
+    finds the border points; counting queries skip whole tree nodes inside the ball.
 
     References
     ----------
@@ -80,12 +94,10 @@ class DBSCANOutliers:
         """Find the noise points of ``X`` (n_samples, n_features); ``y`` is ignored."""
         eps, min_samples, n_jobs = self._validate_params()
         x = check_points(X)
-        core = counts_within(KDTree(x), x, eps, n_jobs) >= min_samples
-        outlier = ~core
-        candidates = np.flatnonzero(outlier)
-        if core.any() and candidates.size:
-            near_core = counts_within(KDTree(x[core]), x[candidates], eps, n_jobs) > 0
-            outlier[candidates[near_core]] = False
+        if grid_fits(x, eps):
+            core, outlier = grid_core_noise(x, eps, min_samples)
+        else:
+            core, outlier = tree_core_noise(x, eps, min_samples, n_jobs)
         self.core_mask_ = core
         self.outlier_mask_ = outlier
         self.labels_ = labels_from_mask(outlier)
@@ -95,6 +107,18 @@ class DBSCANOutliers:
     def fit_predict(self, X: object, y: object = None) -> np.ndarray:
         """Fit and return the labels: 1 for inliers, -1 for outliers."""
         return self.fit(X).labels_
+
+
+def tree_core_noise(x: np.ndarray, eps: float, min_samples: int,
+                    n_jobs: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Core and noise masks of DBSCAN(eps, min_samples) from two counting KD-tree queries."""
+    core = counts_within(KDTree(x), x, eps, n_jobs) >= min_samples
+    outlier = ~core
+    candidates = np.flatnonzero(outlier)
+    if core.any() and candidates.size:
+        near_core = counts_within(KDTree(x[core]), x[candidates], eps, n_jobs) > 0
+        outlier[candidates[near_core]] = False
+    return core, outlier
 
 
 def check_n_jobs(n_jobs: int | None) -> int:

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from dpsense.cloud.errors import DpsenseError, StorageError
+
 from .validation import check_delta, check_epsilon
 
 __all__ = ["Budget", "BudgetAccountant", "BudgetError", "ParallelGroup", "Spend"]
@@ -72,7 +74,7 @@ _SCHEMA = (
 )
 
 
-class BudgetError(ValueError):
+class BudgetError(DpsenseError, ValueError):
     """A spend would exceed the budget of a data set, or the data set has no budget."""
 
 
@@ -189,13 +191,18 @@ class BudgetAccountant:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error as err:
+            raise StorageError("cannot open the budget database %s: %s" % (self.path, err)) from err
         try:
             conn.execute("PRAGMA busy_timeout = %d" % BUSY_TIMEOUT_MS)
             # A spend is recorded before its result is released, so a committed spend must
             # survive a power cut: FULL syncs the WAL on every commit.
             conn.execute("PRAGMA synchronous = FULL")
             yield conn
+        except sqlite3.Error as err:
+            raise StorageError("budget database %s: %s" % (self.path, err)) from err
         finally:
             conn.close()
 

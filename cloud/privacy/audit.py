@@ -551,8 +551,9 @@ def privacy_ratio_check(
     # exp(eps) NA / (exp(eps) NA + NB), written to stay finite for large epsilon
     p_a = 1.0 / (1.0 + math.exp(-epsilon) * n_b / n_a)
     p_b = 1.0 / (1.0 + math.exp(-epsilon) * n_a / n_b)
-    pv_a = stats.binom.sf(ca - 1, n, p_a)
-    pv_b = stats.binom.sf(cb - 1, n, p_b)
+    # Arrays in, arrays out; the stubs type sf() as float-or-array.
+    pv_a = np.asarray(stats.binom.sf(ca - 1, n, p_a), dtype=float)
+    pv_b = np.asarray(stats.binom.sf(cb - 1, n, p_b), dtype=float)
     threshold = alpha / (2 * len(keys))
     flagged: list[ClassCount] = []
     for i in np.flatnonzero((pv_a < threshold) | (pv_b < threshold)).tolist():

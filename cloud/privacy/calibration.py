@@ -5,8 +5,8 @@
                            quantum=0.01, accountant=acct, dataset="calibration")
     Path("dpsense-data/profile.json").write_text(profile.to_json())
 
-:func:`dpsense.cloud.simulate.calibrate` computes the provisioning input of the firmware
-(:class:`dpsense.cloud.simulate.DeviceProfile`) in the clear: the relaxed sensitivity of every
+:func:`dpsense.cloud.profile.calibrate` computes the provisioning input of the firmware
+(:class:`dpsense.cloud.profile.DeviceProfile`) in the clear: the relaxed sensitivity of every
 column from the 5th and 95th percentiles (SPEC 1.3), the centre (the mean) and the
 outlier-layer width w_O (SPEC 1.6.2). When the calibration data are themselves
 personal data, those parameters leak them. :func:`dp_calibrate` releases the same
@@ -39,11 +39,11 @@ import numpy as np
 
 from dpsense.cloud.correction.bands import width_from_history
 from dpsense.cloud.correction.rules import normal_radius
-from dpsense.cloud.simulate import DeviceProfile
+from dpsense.cloud.profile import DeviceProfile
 
 from .accountant import BudgetAccountant
 from .mechanisms import Exponential, Laplace
-from .validation import Rng, check_bounds, check_epsilon, check_rng
+from .validation import Rng, check_bounds, check_epsilon, check_rng, is_real
 
 __all__ = ["CalibrationShares", "dp_calibrate", "dp_mean", "dp_quantile", "dp_relaxed_sensitivity", "load_csv"]
 
@@ -131,7 +131,8 @@ def dp_quantile(data: Data, *, q: float, bounds: tuple[float, float], epsilon: o
     x = np.asarray(data() if callable(data) else data, dtype=float).ravel()
     out = _quantile(x, qq, float(lo), float(hi), g, eps, rng)
     if accountant is not None:
-        accountant.spend(dataset, eps, query=query)     # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.spend(dataset, eps, query=query)
     return out
 
 
@@ -171,7 +172,8 @@ def dp_mean(data: Data, *, bounds: tuple[float, float], epsilon: object, rng: Rn
         raise ValueError("no records")
     out = _mean(x, float(lo), float(hi), eps, rng)
     if accountant is not None:
-        accountant.spend(dataset, eps, query=query)     # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.spend(dataset, eps, query=query)
     return out
 
 
@@ -218,7 +220,7 @@ def dp_calibrate(data: Data, *, bounds: tuple[float, float], epsilon: object, de
                  dbscan_eps: float = 12.0, dbscan_min_samples: int = 60, config_id: int = 1,
                  rng: Rng | None = None, accountant: BudgetAccountant | None = None,
                  dataset: str | None = None) -> DeviceProfile:
-    """A :class:`~dpsense.cloud.simulate.DeviceProfile` computed with ``epsilon``-DP from raw calibration data.
+    """A :class:`~dpsense.cloud.profile.DeviceProfile` computed with ``epsilon``-DP from raw calibration data.
 
     Parameters
     ----------
@@ -282,7 +284,7 @@ def dp_calibrate(data: Data, *, bounds: tuple[float, float], epsilon: object, de
         check_epsilon(float(device_epsilon))
     except ValueError:
         raise ValueError("device_epsilon must be a decimal > 0, got %r" % device_epsilon) from None
-    if isinstance(quantum, bool) or not isinstance(quantum, numbers.Real) or not quantum > 0:
+    if not is_real(quantum) or not quantum > 0:
         raise ValueError("quantum must be a number > 0")
     if not 0 < outlier_percent < 100:
         raise ValueError("outlier_percent must be in (0, 100)")
@@ -297,7 +299,8 @@ def dp_calibrate(data: Data, *, bounds: tuple[float, float], epsilon: object, de
     if sh.w_o > 0:
         parts.append(("w_O", eps * sh.w_o))
     if accountant is not None:
-        accountant.check(dataset, eps)               # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.check(dataset, eps)
     x = np.asarray(data() if callable(data) else data, dtype=float)
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
         raise ValueError("calibration data must be a non-empty (n, d) matrix")
@@ -323,7 +326,8 @@ def dp_calibrate(data: Data, *, bounds: tuple[float, float], epsilon: object, de
     band_q = width_from_history([bottom / quantum], normal_radius(delta_q)) if sh.w_o > 0 else 0.0
     if accountant is not None:
         for name, e in parts:
-            accountant.spend(dataset, e, query="calibrate: " + name)   # type: ignore[arg-type]
+            assert dataset is not None    # checked with the accountant: both or neither
+            accountant.spend(dataset, e, query="calibrate: " + name)
     return DeviceProfile(quantum=float(quantum), domain=max(abs(lo), abs(hi)), delta_q=delta_q,
                          epsilon=device_epsilon, centre_q=tuple(int(c) for c in np.rint(centre / quantum)),
                          config_id=config_id, w_o_q=w_o / quantum, dbscan_eps=float(dbscan_eps),

@@ -29,7 +29,7 @@ from dpsense.cloud.privacy.publishing import (
 )
 
 from .accountant import BudgetAccountant
-from .validation import check_epsilon
+from .validation import check_epsilon, is_integer, is_real
 
 
 @dataclass(frozen=True)
@@ -94,12 +94,12 @@ def dp_lda_synthesise(data: Data, labels: object = None, *, schema: Schema, epsi
     if not isinstance(schema, Schema):
         raise TypeError("schema must be a Schema")
     eps = check_epsilon(epsilon)
-    if isinstance(count_share, bool) or not isinstance(count_share, numbers.Real):
+    if not is_real(count_share):
         raise TypeError("count_share must be a real number")
     if not 0 < float(count_share) < 1:
         raise ValueError("count_share must be in (0, 1), got %r" % (count_share,))
     if n_synthetic is not None:
-        if isinstance(n_synthetic, bool) or not isinstance(n_synthetic, numbers.Integral):
+        if not is_integer(n_synthetic):
             raise TypeError("n_synthetic must be an int")
         if n_synthetic < 1:
             raise ValueError("n_synthetic must be >= 1")
@@ -108,7 +108,8 @@ def dp_lda_synthesise(data: Data, labels: object = None, *, schema: Schema, epsi
     noise = _check_noise(noise)
     _check_account(accountant, dataset)
     if accountant is not None:
-        accountant.check(dataset, eps)            # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.check(dataset, eps)
     x, y = data() if callable(data) else (data, labels)
     z = schema.encode(x)
     y = np.asarray(y)
@@ -137,7 +138,8 @@ def dp_lda_synthesise(data: Data, labels: object = None, *, schema: Schema, epsi
     m = n if n_synthetic is None else int(n_synthetic)
     zs, ys = greedy_synthesise(means, m2, counts, m, schema)
     if accountant is not None:
-        accountant.spend(dataset, eps, query=query)   # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.spend(dataset, eps, query=query)
     return LDARelease(values=schema.decode(zs), labels=ys, normalised=zs, class_means=means,
                       second_moment=m2, class_counts=counts, epsilon=eps)
 

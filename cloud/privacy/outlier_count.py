@@ -33,6 +33,7 @@ compute, randomise, ``accountant.spend``, return.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -112,9 +113,9 @@ def _check_data(X: object) -> np.ndarray:
 def _check_subspace(subspace: object, d: int) -> tuple[int, ...]:
     if subspace is None:
         return tuple(range(d))
-    if isinstance(subspace, (str, bytes)):
+    if isinstance(subspace, (str, bytes)) or not isinstance(subspace, Iterable):
         raise TypeError("subspace must be a sequence of column indices")
-    cols = tuple(subspace)  # type: ignore[call-overload]
+    cols = tuple(subspace)
     if not cols or any(isinstance(c, bool) or not isinstance(c, (int, np.integer)) for c in cols):
         raise ValueError("subspace must be a non-empty sequence of int column indices")
     if len(set(cols)) != len(cols) or min(cols) < 0 or max(cols) >= d:
@@ -283,11 +284,13 @@ def dp_outlier_count(X: object, *, k: int, r: float, epsilon: object, delta: obj
         guarantee = ("(%s, %s)-DP, Gaussian, GS = %d (Theorem 4 %s bound)" % (eps, dlt, sens, gs)
                      if sound_gs else "NOT differentially private (GS lower bound %d for |S| = %d)" % (sens, dim))
         if accountant is not None:
-            accountant.check(dataset, eps, dlt)  # type: ignore[arg-type]
+            assert dataset is not None    # checked with the accountant: both or neither
+            accountant.check(dataset, eps, dlt)
         q = int(np.count_nonzero(subspace_degrees(a[:, list(cols)], r) < k))
         value = gmech.randomise(q)
         if accountant is not None:
-            accountant.spend(dataset, eps, dlt, query=query)  # type: ignore[arg-type]
+            assert dataset is not None    # checked with the accountant: both or neither
+            accountant.spend(dataset, eps, dlt, query=query)
         return CountRelease(value, "global", cols, eps, dlt, guarantee, gmech.sigma)
     smech = SmoothSensitivityGaussian(epsilon=epsilon, delta=delta, paper_mode=paper_mode, rng=rng)
     if paper_mode:
@@ -297,11 +300,13 @@ def dp_outlier_count(X: object, *, k: int, r: float, epsilon: object, delta: obj
         eps, dlt = smech.privacy_cost()
         guarantee = "(%s, %.6g)-DP, smooth-sensitivity Gaussian (NRS)" % (eps, float(dlt))
     if accountant is not None:
-        accountant.check(dataset, eps, dlt)  # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.check(dataset, eps, dlt)
     xs = a[:, list(cols)]
     q = int(np.count_nonzero(subspace_degrees(xs, r) < k))
     s, _ = smooth_bound(xs, k, r, smech.beta)
     value = smech.randomise(q, s)
     if accountant is not None:
-        accountant.spend(dataset, eps, dlt, query=query)  # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.spend(dataset, eps, dlt, query=query)
     return CountRelease(value, "smooth", cols, eps, dlt, guarantee)

@@ -61,7 +61,7 @@ import numpy as np
 from .accountant import BudgetAccountant
 from .discrete import default_granularity
 from .mechanisms import Exponential, Laplace
-from .validation import Rng, check_bounds, check_epsilon, check_rng
+from .validation import Rng, check_bounds, check_epsilon, check_rng, is_integer
 
 __all__ = [
     "PCARelease",
@@ -109,7 +109,7 @@ class Schema:
                 raise ValueError("bounds must satisfy lower < upper, got %r" % (b,))
             cleaned.append((float(lo), float(hi)))
         for lv in self.levels:
-            if isinstance(lv, bool) or not isinstance(lv, numbers.Integral):
+            if not is_integer(lv):
                 raise TypeError("levels must be integers, got %r" % (lv,))
             if lv < 2:
                 raise ValueError("a categorical variable needs >= 2 levels, got %d" % lv)
@@ -372,7 +372,8 @@ def dp_pca_publish(data: Data, *, schema: Schema, epsilon: object, k: int, noise
     noise = _check_noise(noise)
     _check_account(accountant, dataset)
     if accountant is not None:
-        accountant.check(dataset, eps)            # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.check(dataset, eps)
     z = schema.encode(_load(data))
     n = z.shape[0]
     if n < 1:
@@ -396,7 +397,8 @@ def dp_pca_publish(data: Data, *, schema: Schema, epsilon: object, k: int, noise
     normalised = schema.recover(xbar) if recover else xbar
     values = schema.decode(xbar, recover=recover)
     if accountant is not None:
-        accountant.spend(dataset, eps, query=query)   # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.spend(dataset, eps, query=query)
     return PCARelease(values=values, normalised=normalised, mean=mu, components=u, eigenvalues=w, epsilon=eps)
 
 
@@ -427,7 +429,8 @@ def laplace_publish(data: Data, *, schema: Schema, epsilon: object, noise: Noise
     noise = _check_noise(noise)
     _check_account(accountant, dataset)
     if accountant is not None:
-        accountant.check(dataset, eps)            # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.check(dataset, eps)
     z = schema.encode(_load(data))
     l1 = Fraction(schema.first_moment_l1())
     if isinstance(noise, np.random.Generator):
@@ -437,7 +440,8 @@ def laplace_publish(data: Data, *, schema: Schema, epsilon: object, noise: Noise
     normalised = schema.recover(out) if recover else out
     values = schema.decode(out, recover=recover)
     if accountant is not None:
-        accountant.spend(dataset, eps, query=query)   # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.spend(dataset, eps, query=query)
     return values, normalised
 
 
@@ -467,14 +471,15 @@ def exponential_publish(data: Data, *, schema: Schema, epsilon: object, grid: in
     if not isinstance(schema, Schema):
         raise TypeError("schema must be a Schema")
     eps = check_epsilon(epsilon)
-    if isinstance(grid, bool) or not isinstance(grid, numbers.Integral):
+    if not is_integer(grid):
         raise TypeError("grid must be an int")
     if grid < 2:
         raise ValueError("grid must be >= 2, got %d" % grid)
     noise = _check_noise(noise)
     _check_account(accountant, dataset)
     if accountant is not None:
-        accountant.check(dataset, eps)            # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.check(dataset, eps)
     z = schema.encode(_load(data))
     n, p = z.shape
     eps_a = eps / p
@@ -492,7 +497,8 @@ def exponential_publish(data: Data, *, schema: Schema, epsilon: object, grid: in
     normalised = schema.recover(out) if recover else out
     values = schema.decode(out, recover=recover)
     if accountant is not None:
-        accountant.spend(dataset, eps, query=query)   # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.spend(dataset, eps, query=query)
     return values, normalised
 
 

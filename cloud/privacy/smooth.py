@@ -30,13 +30,16 @@ cumulated, gives its count for every ``t``. Cost ``O(N**3)`` in 2-D, ``O(N log N
 + N**2)`` in 1-D. Membership allows a relative ``1e-9`` on the radius, so records
 exactly on a boundary count despite rounding; this can only raise the bound.
 
-Above 400 records the pairs, the candidates and the ball members are found with a
-KD-tree (a binary search in 1-D) queried with a slightly larger radius, and then
-filtered with the same exact tests, so the result is identical to the dense code;
-per candidate, the j-th smallest level among its members gives count j from that
-t on. The cost then grows with the number of members per ball instead of ``N**3``:
-about 15 s for 10,000 records at the density of paper 4's Synthetic 1
-(``bench/smooth.py``).
+Above 400 records the pairs, the candidates and the ball members are found with
+KD-trees (a binary search in 1-D) queried with a slightly larger radius, and then
+filtered with the same exact tests, so the result is identical to the dense code. The
+(candidate, member) pairs of a block of candidates come from one KD-tree-to-KD-tree
+query, and a (candidate x level) histogram, cumulated along the levels, gives every
+ball's count for every t at once (levels are at most the largest degree plus k, so the
+histogram is narrow; when it would not be, the pairs are sorted by candidate and
+level, and the j-th smallest level of a ball gives count j from that t on). The cost
+then grows with the number of members per ball instead of ``N**3``: about 2.5 s for
+10,000 records at the density of paper 4's Synthetic 1 (``bench/smooth.py``).
 """
 from __future__ import annotations
 
@@ -56,6 +59,11 @@ _DENSE_MAX = 400
 #: Relative margin of the KD-tree queries: they return a superset, filtered exactly afterwards.
 _SLACK = 1e-6
 _SPARSE_CHUNK = 20_000
+#: A block's level histogram is used while it has at most this many bins per member pair
+#: (it costs O(bins), the sort it replaces O(pairs log pairs)).
+_HIST_FACTOR = 8
+#: ... and at most this many bins (8 bytes each, twice: the histogram and its cumsum).
+_HIST_MAX_BINS = 1 << 22
 
 
 def _check_points(X: object) -> np.ndarray:
@@ -135,8 +143,10 @@ def _member_blocks(a: np.ndarray, radius: float) -> Iterable[tuple[np.ndarray, n
     """(candidate, record) index pairs of the candidate balls' members, in blocks of candidates.
 
     The same candidates and the same exact membership tests as the dense code; the
-    KD-tree (2-D) or a binary search (1-D) only skips pairs that cannot pass them.
-    Candidate indices are ascending within a block and disjoint between blocks.
+    KD-trees (2-D) or a binary search (1-D) only skip pairs that cannot pass them.
+    Candidate indices lie in ``[s, s + _SPARSE_CHUNK)`` for the block starting at
+    candidate ``s``, blocks in ascending order; within a block the pairs are in no
+    particular order.
     """
     if a.shape[1] == 1:
         order = np.argsort(a[:, 0], kind="stable")
@@ -146,31 +156,53 @@ def _member_blocks(a: np.ndarray, radius: float) -> Iterable[tuple[np.ndarray, n
         lengths = hi - lo
         ci = np.repeat(np.arange(x.size), lengths)
         pj = np.arange(ci.size) - np.repeat(np.cumsum(lengths) - lengths, lengths) + np.repeat(lo, lengths)
-        yield ci, order[pj]
+        cut = np.searchsorted(ci, np.arange(0, x.size + _SPARSE_CHUNK, _SPARSE_CHUNK))
+        for lo_i, hi_i in zip(cut[:-1], cut[1:], strict=True):
+            yield ci[lo_i:hi_i], order[pj[lo_i:hi_i]]
         return
     centres = _candidate_centres_2d(a, radius)
     limit = radius * radius * (1 + _TOL) ** 2
     tree = cKDTree(a)
     for s in range(0, centres.shape[0], _SPARSE_CHUNK):
         c = centres[s:s + _SPARSE_CHUNK]
-        hits = tree.query_ball_point(c, math.sqrt(limit) * (1 + _SLACK), return_sorted=False, workers=-1)
-        lengths = np.fromiter((len(h) for h in hits), dtype=np.int64, count=len(hits))
-        ci = np.repeat(np.arange(len(hits)), lengths)
-        pj = np.fromiter((p for h in hits for p in h), dtype=np.int64, count=int(lengths.sum()))
-        keep = ((c[ci] - a[pj]) ** 2).sum(axis=1) <= limit
-        yield ci[keep], pj[keep]
+        # Every (centre, record) pair within the slightly larger radius, built in C: no
+        # per-centre Python lists.
+        hits = cKDTree(c).sparse_distance_matrix(tree, math.sqrt(limit) * (1 + _SLACK), output_type="ndarray")
+        ci, pj = hits["i"], hits["j"]
+        # The dense code's test, spelt out per axis (a sum of two terms rounds the same).
+        dx = c[ci, 0] - a[pj, 0]
+        dy = c[ci, 1] - a[pj, 1]
+        keep = dx * dx + dy * dy <= limit
+        yield ci[keep] + s, pj[keep]
 
 
 def _best_counts_sparse(a: np.ndarray, levels: list[np.ndarray], radius: float) -> list[np.ndarray]:
-    """``_best_counts`` from member pairs: in a ball, the j-th smallest level ``l`` gives count j for t >= l."""
+    """``_best_counts`` from member pairs, with levels capped at ``N``.
+
+    Per block of candidates, a (candidate x level) histogram cumulated along the levels
+    gives each ball's count for every t, as in the dense code; its width is the largest
+    level present plus one, so it is narrow when degrees are (the usual case). When
+    it would be wide, the pairs are sorted by (candidate, level) instead: in a ball, the
+    j-th smallest level ``l`` gives count j for t >= l.
+    """
     n = a.shape[0]
-    width = n + 1
-    best = [np.zeros(width, dtype=np.int64) for _ in levels]
+    capped = [np.minimum(lev, n) for lev in levels]
+    widths = [int(lev.max()) + 1 for lev in capped]
+    best = [np.zeros(n + 1, dtype=np.int64) for _ in levels]
     for ci, pj in _member_blocks(a, radius):
         if ci.size == 0:
             continue
-        for b, lev in zip(best, levels, strict=True):
-            key = np.sort(ci * width + np.minimum(lev[pj], n))
+        first = int(ci.min())
+        rows = int(ci.max()) - first + 1
+        ci = ci - first
+        for b, lev, width in zip(best, capped, widths, strict=True):
+            lv = lev[pj]
+            if rows * width <= min(_HIST_FACTOR * ci.size, _HIST_MAX_BINS):
+                hist = np.bincount(ci * width + lv, minlength=rows * width)
+                cum = np.cumsum(hist.reshape(rows, width), axis=1)
+                np.maximum(b[:width], cum.max(axis=0), out=b[:width])
+                continue
+            key = np.sort(ci * width + lv)
             c_s, l_s = np.divmod(key, width)
             start = np.flatnonzero(np.r_[True, c_s[1:] != c_s[:-1]])
             rank = np.arange(c_s.size) - np.repeat(start, np.diff(np.r_[start, c_s.size])) + 1
@@ -273,8 +305,9 @@ def smooth_sensitivity(X: object, k: int, r: float, beta: float) -> SmoothBound:
     Notes
     -----
     Sensitivity: replace-one neighbours (N fixed), as in the paper. ``S(X) >= 1``
-    always (``U_t >= t + 1``). Complexity ``O(N**3)`` time in 2-D, memory
-    ``O(N**2)`` in chunks of candidates.
+    always (``U_t >= t + 1``). Complexity ``O(N**3)`` time in 2-D in the worst case
+    (every record near every other); above 400 records, time in proportion to the
+    (candidate ball, member) pairs, memory to those of one block of candidates.
 
     References
     ----------

@@ -179,11 +179,13 @@ def top_h_subspaces(X: object, *, k: int, r: float, h: int, epsilon: object,
         raise ValueError("give both accountant and dataset, or neither")
     cost, guarantee = _selection_cost(epsilon, paper_mode)
     if accountant is not None:
-        accountant.check(dataset, cost, 0)  # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.check(dataset, cost, 0)
     u = utilities(a, k, r, cs)
     chosen = _select(u, h, epsilon, paper_mode, rng)
     if accountant is not None:
-        accountant.spend(dataset, cost, 0, query=query)  # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.spend(dataset, cost, 0, query=query)
     return SubspaceRelease(tuple(cs[i] for i in chosen), cost, guarantee, paper_mode)
 
 
@@ -225,6 +227,7 @@ def subspaces_with_counts(X: object, *, k: int, r: float, h: int, epsilon_select
     eps_c = check_epsilon(epsilon_count) / h
     dlt_c = check_delta(delta, allow_zero=False) / h
     n = a.shape[0]
+    mechs: list[Gaussian | SmoothSensitivityGaussian]
     if count_method == "smooth":
         mechs = [SmoothSensitivityGaussian(epsilon=eps_c, delta=dlt_c, rng=rng)] * h
     else:
@@ -233,7 +236,8 @@ def subspaces_with_counts(X: object, *, k: int, r: float, h: int, epsilon_select
     per = mechs[0].privacy_cost()
     total_eps, total_dlt = eps_sel + h * per[0], h * per[1]
     if accountant is not None:
-        accountant.check(dataset, total_eps, total_dlt)  # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.check(dataset, total_eps, total_dlt)
     u = utilities(a, k, r, cs)
     chosen = [cs[i] for i in _select(u, h, epsilon_select, False, rng)]
     counts = []
@@ -248,7 +252,8 @@ def subspaces_with_counts(X: object, *, k: int, r: float, h: int, epsilon_select
                          granularity=1, values_on_grid=True, rng=rng)
             counts.append(g.randomise(q))
     if accountant is not None:
-        accountant.spend(dataset, total_eps, total_dlt, query=query)  # type: ignore[arg-type]
+        assert dataset is not None    # checked with the accountant: both or neither
+        accountant.spend(dataset, total_eps, total_dlt, query=query)
     guarantee = "(%s, %.6g)-DP: selection %s-DP + %d counts at (%s, %s) each" % (
         total_eps, float(total_dlt), eps_sel, h, eps_c, dlt_c)
     return SubspacesWithCounts(tuple(chosen), tuple(counts), total_eps, total_dlt, guarantee)

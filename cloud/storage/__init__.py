@@ -22,12 +22,15 @@ from .repository import (
     Gap,
     Reading,
     StorageError,
+    StorageUnavailable,
     Window,
 )
+from .stream import DEFAULT_GROUP, DeviceStatus, Event, Verdict, WindowRecord
 
 __all__ = [
-    "CONFLICTING_DUPLICATE", "AnalystStore", "Correction", "CorrectionStore", "DeadLetter", "Gap",
-    "Reading", "StorageError", "Window", "open_analyst_store", "open_correction_store", "open_store",
+    "CONFLICTING_DUPLICATE", "DEFAULT_GROUP", "AnalystStore", "Correction", "CorrectionStore", "DeadLetter",
+    "DeviceStatus", "Event", "Gap", "Reading", "StorageError", "StorageUnavailable", "Verdict", "Window",
+    "WindowRecord", "open_analyst_store", "open_correction_store", "open_store",
 ]
 
 Role = Literal["analyst", "correction"]

@@ -12,7 +12,8 @@ and ``readings_after`` never skips a row committed late by a concurrent writer.
 A store object owns one connection; use it from one thread at a time (give each thread or
 process its own store object). The schema is created in the connection's current schema when
 the ``dpsense_schema`` table is missing; that table records which kind of store the database
-holds and the schema version, and a mismatch is an error.
+holds and the schema version, and a mismatch is an error; a schema-1 database is upgraded when
+opened.
 """
 from __future__ import annotations
 
@@ -32,17 +33,19 @@ from .repository import (
     Gap,
     Reading,
     StorageError,
+    StorageUnavailable,
     Window,
     check_limit,
     correction_conflict,
     dead_letter_digest,
-    pack_values,
     reading_conflict,
+    stored_values,
     unpack_values,
     values_matrix,
 )
+from .stream import POSTGRES_V2
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA_LOCK = 0x6470_7365_0000_0001    # advisory lock keys: "dpse" + a number
 _WRITE_LOCK = 0x6470_7365_0000_0002
 
@@ -72,7 +75,7 @@ _ANALYST_SQL = (
     )""",
     "CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)",
     "CREATE TABLE results (window_id bigint PRIMARY KEY, payload jsonb NOT NULL)",
-) + _DEAD_LETTERS_SQL
+) + _DEAD_LETTERS_SQL + POSTGRES_V2
 
 _CORRECTION_SQL = (
     """CREATE TABLE corrections (
@@ -126,6 +129,8 @@ class _PostgresDatabase:
             # autocommit: every transaction is an explicit ``with conn.transaction()`` block.
             conn = psycopg.connect(self._url, autocommit=True, application_name="dpsense-%s" % self._kind)
             conn.execute(self._staging)
+        except psycopg.OperationalError as err:
+            raise StorageUnavailable("cannot connect to PostgreSQL %s: %s" % (self.where, err)) from err
         except psycopg.Error as err:
             raise StorageError("cannot connect to PostgreSQL %s: %s" % (self.where, err)) from err
         return conn
@@ -153,6 +158,10 @@ class _PostgresDatabase:
                 return
             cur.execute("SELECT kind, version FROM dpsense_schema")
             rows = cur.fetchall()
+            if rows == [(self._kind, 1)]:
+                self._upgrade_from_1(cur)
+                cur.execute("UPDATE dpsense_schema SET version = %s", (SCHEMA_VERSION,))
+                rows = [(self._kind, SCHEMA_VERSION)]
         if len(rows) != 1:
             raise StorageError("%s: dpsense_schema must hold one row, found %d" % (self.where, len(rows)))
         kind, version = rows[0]
@@ -166,6 +175,10 @@ class _PostgresDatabase:
     def _translate(self, action: str) -> Iterator[None]:
         try:
             yield
+        except psycopg.OperationalError as err:
+            # A lost connection, a server shutting down, a serialization failure or deadlock:
+            # the same call may succeed on the next try (on a new connection, see _live).
+            raise StorageUnavailable("cannot %s in PostgreSQL %s: %s" % (action, self.where, err)) from err
         except psycopg.Error as err:
             raise StorageError("cannot %s in PostgreSQL %s: %s" % (action, self.where, err)) from err
 
@@ -175,6 +188,9 @@ class _PostgresDatabase:
         conn = self._live()
         with self._translate(action), conn.transaction(), conn.cursor() as cur:
             yield cur
+
+    def _upgrade_from_1(self, cur: psycopg.Cursor[Any]) -> None:
+        """Schema 1 -> 2; the correction store's tables did not change."""
 
     def _rows(self, action: str, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         conn = self._live()
@@ -213,9 +229,16 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
     _kind = "analyst"
     _schema = _ANALYST_SQL
     _staging = _READING_STAGING
+    _PARAM = "%s"
+    _JSON_PARAM = "?::jsonb"
+
+    def _upgrade_from_1(self, cur: psycopg.Cursor[Any]) -> None:
+        for statement in POSTGRES_V2:
+            cur.execute(statement)
+        self._migrate_results(cur)
 
     def add_batch(self, readings: list[Reading], dead: list[DeadLetter]) -> int:
-        rows = [(i, r.device_id, r.boot_id, r.seq, bytes(r.token), r.config_id, pack_values(r.values), r.topic,
+        rows = [(i, r.device_id, r.boot_id, r.seq, bytes(r.token), r.config_id, stored_values(r), r.topic,
                  r.received_at) for i, r in enumerate(readings)]
         with self._write("store a batch of readings") as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
@@ -237,6 +260,7 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
                             " ORDER BY b.ord", prepare=False)
                 conflicts = [reading_conflict(readings[ord_]) for (ord_,) in cur.fetchall()]
             self._insert_dead(cur, list(dead) + conflicts)
+            self._count_batch(cur, len(readings) + len(dead), added, len(readings))
         return added
 
     def count(self) -> int:
@@ -248,6 +272,12 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
                           % _READING_COLUMNS, (row_id, check_limit("limit", limit)))
         return [(rid, Reading(device_id, boot_id, seq, token, config_id, unpack_values(vals), topic, received_at))
                 for rid, device_id, boot_id, seq, token, config_id, vals, topic, received_at in rows]
+
+    def count_after(self, row_id: int, limit: int) -> int:
+        value: int = self._rows("count readings",
+                                "SELECT count(*) FROM (SELECT 1 FROM readings WHERE row_id > %s"
+                                " ORDER BY row_id LIMIT %s) AS r", (row_id, check_limit("limit", limit)))[0][0]
+        return value
 
     def window(self, start_row_id: int, size: int) -> Window:
         rows = self._rows("read a window",
@@ -287,6 +317,7 @@ class PostgresCorrectionStore(_PostgresDatabase, CorrectionStore):
     _kind = "correction"
     _schema = _CORRECTION_SQL
     _staging = _CORRECTION_STAGING
+    _PARAM = "%s"
 
     def add_batch(self, corrections: list[Correction], dead: list[DeadLetter]) -> int:
         rows = [(i, bytes(c.token), c.d_diff, c.received_at) for i, c in enumerate(corrections)]

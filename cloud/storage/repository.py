@@ -19,32 +19,40 @@ Rules shared by every backend:
 * Row ids of readings grow in commit order (PostgreSQL may skip numbers): ``readings_after``
   and ``window`` walk the readings in the order they arrived, and a reader that remembers the
   last row id it saw misses none.
-* Errors of the database become ``StorageError``; invalid arguments raise ``ValueError``.
+* Errors of the database become ``StorageError`` (``StorageUnavailable`` when the database is
+  busy, locked or out of reach, so that a retry may succeed); invalid arguments raise
+  ``ValueError``.
+
+The analyst store also holds the detection windows, per-row verdicts, device groups, board
+status messages, events and counters (``stream.StreamTables``: the same SQL on both backends).
 """
 from __future__ import annotations
 
 import hashlib
 import struct
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, NamedTuple, Self
 
 import numpy as np
 import numpy.typing as npt
 
+from dpsense.cloud.errors import StorageError, StorageUnavailable
 from dpsense.protocol import wire
+
+from .stream import StreamTables, TokenListing
 
 CONFLICTING_DUPLICATE = "conflicting duplicate"
 
 
-class StorageError(Exception):
-    """A database could not be opened, read or written; the text says which and why."""
-
-
 @dataclass(frozen=True)
 class Reading:
-    """One decoded reading record, with the topic it came on and when it was received."""
+    """One decoded reading record, with the topic it came on and when it was received.
+
+    ``packed`` is ``values`` as stored (``stored_values``): ingest passes the bytes of the
+    payload it decoded them from, which are already that layout, so they are not packed
+    again; None packs ``values`` when stored. It is not part of the content (``==``)."""
 
     device_id: int
     boot_id: int
@@ -54,12 +62,16 @@ class Reading:
     values: tuple[int, ...]
     topic: str
     received_at: float
+    packed: bytes | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.token) != wire.TOKEN_SIZE:
             raise ValueError("token must be %d bytes, got %d" % (wire.TOKEN_SIZE, len(self.token)))
         if not self.values:
             raise ValueError("a reading needs at least one value")
+        if self.packed is not None and len(self.packed) != 4 * len(self.values):
+            raise ValueError("packed values must be 4 bytes per value, got %d for %d"
+                             % (len(self.packed), len(self.values)))
 
 
 @dataclass(frozen=True)
@@ -105,7 +117,7 @@ class Window(NamedTuple):
     values: npt.NDArray[np.int64]    # shape (n, m): one row per reading, one column per value
 
 
-class AnalystStore(ABC):
+class AnalystStore(StreamTables, ABC):
     """Perturbed readings, dead letters, detection progress (``meta``) and detection results."""
 
     @abstractmethod
@@ -119,6 +131,11 @@ class AnalystStore(ABC):
     @abstractmethod
     def readings_after(self, row_id: int, limit: int) -> list[tuple[int, Reading]]:
         """Up to ``limit`` readings with a row id greater than ``row_id``, in arrival order."""
+
+    @abstractmethod
+    def count_after(self, row_id: int, limit: int) -> int:
+        """How many readings have a row id greater than ``row_id``, counting up to ``limit``
+        (``len(readings_after(row_id, limit))`` without reading them)."""
 
     @abstractmethod
     def window(self, start_row_id: int, size: int) -> Window:
@@ -167,8 +184,10 @@ class AnalystStore(ABC):
         self.close()
 
 
-class CorrectionStore(ABC):
+class CorrectionStore(TokenListing, ABC):
     """Record tokens and distance differences, plus dead letters; no device identity at all."""
+
+    _token_table = "corrections"
 
     @abstractmethod
     def add_batch(self, corrections: list[Correction], dead: list[DeadLetter]) -> int:
@@ -215,6 +234,11 @@ def pack_values(values: tuple[int, ...]) -> bytes:
         return struct.pack("<%di" % len(values), *values)
     except struct.error as err:
         raise ValueError("reading values must be int32: %r" % (values,)) from err
+
+
+def stored_values(reading: Reading) -> bytes:
+    """The column ``vals`` of ``reading``: its wire bytes when ingest kept them, else packed."""
+    return reading.packed if reading.packed is not None else pack_values(reading.values)
 
 
 def values_matrix(blobs: list[bytes]) -> npt.NDArray[np.int64]:

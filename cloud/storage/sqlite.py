@@ -11,11 +11,12 @@ the same file: in WAL mode readers never block the one writer, and a writer wait
 
 The schema is created when the file is new. ``PRAGMA application_id`` says which kind of store
 a file holds and ``PRAGMA user_version`` its schema version; opening a file of the other kind,
-of a newer version or not made by dpsense is an error.
+of a newer version or not made by dpsense is an error; a schema-1 file is upgraded when opened.
 """
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -30,19 +31,29 @@ from .repository import (
     Gap,
     Reading,
     StorageError,
+    StorageUnavailable,
     Window,
     check_limit,
     correction_conflict,
     dead_letter_digest,
-    pack_values,
     reading_conflict,
+    stored_values,
     unpack_values,
     values_matrix,
 )
+from .stream import SQLITE_V2
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 10_000
 _APPLICATION_IDS = {"analyst": 0x64707341, "correction": 0x64707343}    # "dpsA", "dpsC"
+# Another connection held the lock for longer than BUSY_TIMEOUT_MS: a later retry may succeed.
+_TRANSIENT = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _storage_error(message: str, err: sqlite3.Error) -> StorageError:
+    code = getattr(err, "sqlite_errorcode", None)
+    transient = code is not None and code & 0xFF in _TRANSIENT      # low byte: the primary code
+    return (StorageUnavailable if transient else StorageError)(message)
 _KEYS_PER_QUERY = 500    # tokens per IN list, well below SQLite's 32766-parameter limit
 
 _DEAD_LETTERS_SQL = (
@@ -72,7 +83,7 @@ _ANALYST_SQL = (
     )""",
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE results (window_id INTEGER PRIMARY KEY, payload TEXT NOT NULL)",
-) + _DEAD_LETTERS_SQL
+) + _DEAD_LETTERS_SQL + SQLITE_V2
 
 _CORRECTION_SQL = (
     """CREATE TABLE corrections (
@@ -93,10 +104,20 @@ class _SqliteDatabase:
     def __init__(self, path: str) -> None:
         self.path = path
         try:
+            # Created 0600 before SQLite opens it: its -wal and -shm files take the database's mode.
+            if path != ":memory:" and not path.startswith("file:"):
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+                os.fchmod(fd, 0o600)
+                os.close(fd)
+        except FileExistsError:
+            pass
+        except OSError as err:
+            raise StorageError("cannot create SQLite database %s: %s" % (path, err.strerror or err)) from err
+        try:
             # isolation_level=None: no implicit transactions; _write() issues BEGIN/COMMIT itself.
             self._conn = sqlite3.connect(path, isolation_level=None)
         except sqlite3.Error as err:
-            raise StorageError("cannot open SQLite database %s: %s" % (path, err)) from err
+            raise _storage_error("cannot open SQLite database %s: %s" % (path, err), err) from err
         try:
             self._configure()
             self._ensure_schema()
@@ -147,6 +168,12 @@ class _SqliteDatabase:
             kinds = {v: k for k, v in _APPLICATION_IDS.items()}
             what = "a dpsense %s store" % kinds[found_id] if found_id in kinds else "not a dpsense store"
             raise StorageError("%s is %s, not a %s store" % (self.path, what, self._kind))
+        if version == 1:
+            with self._write("upgrade the schema to version %d" % SCHEMA_VERSION) as cur:
+                if self._header()[1] == 1:
+                    self._upgrade_from_1(cur)
+                    cur.execute("PRAGMA user_version = %d" % SCHEMA_VERSION)
+            version = self._header()[1]
         if version != SCHEMA_VERSION:
             raise StorageError("%s has schema version %d; this dpsense reads version %d"
                                % (self.path, version, SCHEMA_VERSION))
@@ -163,7 +190,7 @@ class _SqliteDatabase:
         try:
             yield
         except sqlite3.Error as err:
-            raise StorageError("cannot %s in %s: %s" % (action, self.path, err)) from err
+            raise _storage_error("cannot %s in %s: %s" % (action, self.path, err), err) from err
 
     @contextmanager
     def _write(self, action: str) -> Iterator[sqlite3.Cursor]:
@@ -180,6 +207,13 @@ class _SqliteDatabase:
                 if self._conn.in_transaction:
                     self._conn.rollback()
                 raise
+
+    def _upgrade_from_1(self, cur: sqlite3.Cursor) -> None:
+        """Schema 1 -> 2; the correction store's tables did not change."""
+
+    def _rows(self, action: str, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._translate(action):
+            return self._conn.execute(query, params).fetchall()
 
     def _scalar(self, sql: str, action: str) -> int:
         with self._translate(action):
@@ -214,7 +248,7 @@ class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
     _schema = _ANALYST_SQL
 
     def add_batch(self, readings: list[Reading], dead: list[DeadLetter]) -> int:
-        rows = [(r.device_id, r.boot_id, r.seq, r.token, r.config_id, pack_values(r.values), r.topic,
+        rows = [(r.device_id, r.boot_id, r.seq, r.token, r.config_id, stored_values(r), r.topic,
                  r.received_at) for r in readings]
         with self._write("store a batch of readings") as cur:
             added = 0
@@ -226,7 +260,13 @@ class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
                 added = cur.rowcount
             conflicts = self._conflicts(cur, readings, rows) if added < len(rows) else []
             self._insert_dead(cur, list(dead) + conflicts)
+            self._count_batch(cur, len(readings) + len(dead), added, len(readings))
         return added
+
+    def _upgrade_from_1(self, cur: sqlite3.Cursor) -> None:
+        for statement in SQLITE_V2:
+            cur.execute(statement)
+        self._migrate_results(cur)
 
     @staticmethod
     def _conflicts(cur: sqlite3.Cursor, readings: list[Reading], rows: list[tuple[Any, ...]]) -> list[DeadLetter]:
@@ -250,6 +290,13 @@ class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
                 (row_id, check_limit("limit", limit))).fetchall()
         return [(rid, Reading(device_id, boot_id, seq, token, config_id, unpack_values(vals), topic, received_at))
                 for rid, device_id, boot_id, seq, token, config_id, vals, topic, received_at in rows]
+
+    def count_after(self, row_id: int, limit: int) -> int:
+        with self._translate("count readings"):
+            value: int = self._conn.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM readings WHERE row_id > ? ORDER BY row_id LIMIT ?)",
+                (row_id, check_limit("limit", limit))).fetchone()[0]
+        return value
 
     def window(self, start_row_id: int, size: int) -> Window:
         with self._translate("read a window"):

@@ -9,10 +9,13 @@ A profile is a dict ``PROFILE`` with:
   (framed lines on the console UART, for a gateway);
 * ``sensor``: "adc" (``machine.ADC`` on ``adc_pins``), "microbit" (pins
   ``adc_pins``), or "stimulus" (readings from the config, for rigs);
-* ``entropy``: "urandom" (``os.urandom``, a hardware source) or "getrandbits" (the
-  port's ``random`` PRNG, weaker: reported in the board's status);
+* ``entropy``: "urandom" (``os.urandom``, a hardware source; firmware/app.py refuses to
+  run without it) or "prng_no_dp" (the micro:bit's node: the ``random`` PRNG, no
+  privacy, said in its status);
 * ``wifi``: needs ``wifi_ssid``/``wifi_password`` in the config;
 * ``ring_path``, ``ledger_path``: default files on the board's file system;
+* ``clock``: "system" when ``time.time()`` is a clock the board can trust across resets
+  (time windows are accepted only then), else None;
 * ``float_bits``: width of the port's floats (the firmware computes no private
   value in floating point; the rigs report it).
 

@@ -9,4 +9,5 @@ PROFILE = {
     "ring_path": "ring.bin",
     "ledger_path": "ledger.bin",
     "float_bits": 32,
+    "clock": None,               # restarts at boot; no NTP sync in the firmware
 }

@@ -9,4 +9,5 @@ PROFILE = {
     "ring_path": "ring.bin",
     "ledger_path": "ledger.bin",
     "float_bits": 64,
+    "clock": "system",           # the host's clock, kept by its NTP daemon
 }

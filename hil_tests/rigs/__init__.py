@@ -32,7 +32,7 @@ BOARDS = {b.name: b for b in (
     Board("esp32", "mqtt", 32, ("serial",), "os.urandom"),
     Board("pico_w", "mqtt", 32, ("serial",), "os.urandom"),
     Board("pico", "serial", 32, ("serial",), "os.urandom"),
-    Board("microbit", "serial", 32, ("qemu", "serial"), "getrandbits"),
+    Board("microbit", "serial", 32, ("qemu", "serial"), "prng_no_dp"),
 )}
 
 DEFAULT_BOARD = {"unix": "unix", "qemu": "microbit", "serial": None}

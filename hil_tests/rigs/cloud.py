@@ -44,6 +44,7 @@ class CloudSide:
         self.correction_db = self.dir / "correction.db"
         self.relay = TcpRelay(self.broker.host, self.broker.port, self.dir / "relay", bind=bind)
         self.tls_relays: list[TcpRelay] = []
+        self.passwords: dict[str, str] = {}
         self.status: list[dict] = []
         self._status_lock = threading.Lock()
         self._ingest: dict[str, subprocess.Popen[bytes]] = {}
@@ -51,8 +52,8 @@ class CloudSide:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
-        self.broker.add_account("analyst")
-        self.broker.add_account("correction")
+        # The broker keeps no password in clear: the rig holds them and hands each on.
+        self.passwords = {role: self.broker.add_account(role) for role in ("analyst", "correction")}
         self.broker.start()
         for role in ("analyst", "correction"):
             self._start_ingest(role)
@@ -60,7 +61,7 @@ class CloudSide:
         self.relay.start()
 
     def _start_ingest(self, role: str) -> None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env = dict(os.environ, PYTHONPATH=str(ROOT), DPSENSE_BROKER_PASSWORD=self.passwords[role])
         log = open(self.dir / ("ingest-%s.log" % role), "ab")
         with log:
             self._ingest[role] = subprocess.Popen(
@@ -76,8 +77,9 @@ class CloudSide:
                   "ingest %s subscribed" % role, log_path)
 
     def _listen_status(self) -> None:
-        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="hil-status", protocol=mqtt.MQTTv311)
-        c.username_pw_set("analyst", self.broker.password("analyst"))
+        # The analyst's own account (no analyst process runs here; its ingest has its own).
+        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="analyst", protocol=mqtt.MQTTv311)
+        c.username_pw_set("analyst", self.passwords["analyst"])
         subscribed = threading.Event()
 
         def on_connect(client, userdata, flags, reason, props):

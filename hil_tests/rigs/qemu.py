@@ -29,9 +29,9 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from dpsense.tools.flash import BOARDS as FLASH_BOARDS
-from dpsense.tools.flash import (MICROBIT_BOOT_FILES, MICROBIT_FILES, check_imports, deploy, plan,
-                         resolve_sources)
+from dpsense.tools.deploy import BOARDS as FLASH_BOARDS
+from dpsense.tools.deploy import (MICROBIT_BOOT_FILES, MICROBIT_FILES, check_imports, deploy, plan,
+                                  resolve_sources)
 from dpsense.tools.microbit import BoardConfigError, boot_microbit_node, check_microbit_config
 from dpsense.tools.provision import config_file
 from dpsense.tools.qemu import QemuMicrobit

@@ -49,8 +49,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from dpsense.tools.flash import BOARDS as FLASH_BOARDS
-from dpsense.tools.flash import board_uploads, check_imports, default_uploads, deploy, importable
+from dpsense.tools.deploy import BOARDS as FLASH_BOARDS
+from dpsense.tools.deploy import board_uploads, check_imports, default_uploads, deploy, importable
 from dpsense.tools.provision import board_digests, host_digest
 from dpsense.tools.rawrepl import RawRepl, ReplError
 

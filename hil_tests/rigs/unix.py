@@ -17,8 +17,9 @@ import subprocess
 from pathlib import Path
 from typing import Any, Sequence
 
-from dpsense.tools.flash import BOARDS as FLASH_BOARDS
-from dpsense.tools.flash import FIRMWARE_DIR, deploy_folder, micropython_binary, plan, resolve_sources
+from dpsense.protocol.ledgerfile import fresh
+from dpsense.tools.deploy import BOARDS as FLASH_BOARDS
+from dpsense.tools.deploy import FIRMWARE_DIR, deploy_folder, micropython_binary, plan, resolve_sources
 
 from . import RigError, wait_in_log
 from .cloud import CloudSide
@@ -70,6 +71,11 @@ class UnixRig:
                     f.write(",".join(str(v) for v in row) + "\n")
             config = dict(config, stimulus="stimulus.txt")
         (self.dir / "config.json").write_text(json.dumps(config))
+        # Provisioning writes a fresh ledger (tools/provision.py write_config); a rig that
+        # starts the same board again keeps the one it has, as a reset does.
+        ledger = self.dir / config.get("ledger_path", "ledger.bin")
+        if not ledger.exists():
+            ledger.write_bytes(fresh())
         self._config = config
         self._launch()
 

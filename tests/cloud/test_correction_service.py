@@ -153,19 +153,15 @@ def test_bad_bands_messages_get_an_error_reply(bad):
     assert reply["step"] == "error"
 
 
-class _Store:
-    """One window of released values (quanta) and the analyst's saved results."""
-
-    def __init__(self, values, tokens):
-        from dpsense.cloud.storage.repository import Window
-        self.w = Window(row_ids=list(range(1, len(values) + 1)), tokens=tokens, values=values)
-        self.saved = {}
-
-    def window(self, start, size):
-        return self.w
-
-    def save_window_result(self, window_id, payload):
-        self.saved[window_id] = payload
+def _window_store(values, tokens):
+    """An analyst store holding one closed window of released values (quanta), rows 1..n."""
+    from dpsense.cloud.storage import Reading, open_analyst_store
+    store = open_analyst_store("sqlite://")
+    store.add_batch([Reading(1 + i % 10, 1, i // 10, t, 1, tuple(int(x) for x in v), "dpsense/readings/d%d" % (1 + i % 10),
+                             1000.0) for i, (v, t) in enumerate(zip(values, tokens))], [])
+    w = store.close_window("default", "count", upto_row=store.max_row_id(), closed_at=1001.0, limit=len(tokens))
+    assert w is not None and w.n == len(tokens)
+    return store, w
 
 
 class _Loop:
@@ -196,20 +192,29 @@ def _fleet(n=3000, seed=5):
     return xp, tokens, dict(zip(tokens, d)), c, np.arange(n) < 300
 
 
+def _analyst(params, client, profile=None):
+    from dpsense.cloud.analyst import Analyst
+    from dpsense.cloud.ingest.service import Connection
+    a = Analyst(Connection("127.0.0.1", 1, "analyst", "x", "t"), lambda: None, params, log=lambda s: None,
+                clock=lambda: 1001.0, profile=profile)
+    a._client = client
+    if client is not None:
+        client.analyst = a
+    return a
+
+
 @pytest.mark.parametrize("mode", ["paper", "bands"])
 def test_analyst_window_round_in_each_mode(mode):
-    from dpsense.cloud.analyst import Analyst, AnalystParams
-    from dpsense.cloud.ingest.service import Connection
+    from dpsense.cloud.analyst import AnalystParams
     xp, tokens, table, c, outlier = _fleet()
     params = CorrectionParams(w_o=200.0, split="noise", layers="provable", noise_scale=8.0, normal_radius=8.0)
     rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode=mode)
-    a = Analyst(Connection("127.0.0.1", 1, "analyst", "x", "t"), lambda: None,
-                AnalystParams(eps_q=10.0, min_samples=20, mode=mode, band_width_q=100.0,
-                              centre_q=(100.0, -50.0), skip_margin=-1.0))
-    a._client = _Loop(a, rounds)
-    store = _Store(xp, tokens)
-    res = a.process_window(store, 0, 1, len(tokens))
-    assert store.saved[0] is res and res["mode"] == mode and not res["skipped"]
+    a = _analyst(AnalystParams(eps_q=10.0, min_samples=20, window=3000, mode=mode, band_width_q=100.0,
+                               centre_q=(100.0, -50.0), skip_margin=-1.0), _Loop(None, rounds))
+    store, w = _window_store(xp, tokens)
+    res = a.process_window(store, w)
+    assert dict(store.window_results())[w.id] == res and res["mode"] == mode and not res["skipped"]
+    assert store.window_record(w.id).state == "done" and res["round"] == 1
     cand = np.zeros(len(tokens), dtype=bool)
     cand[np.asarray(res["candidate_rows"]) - 1] = True
     # Every outlier is 400+ quanta out, every normal row within 5 (rho = 8): mode bands
@@ -220,17 +225,69 @@ def test_analyst_window_round_in_each_mode(mode):
         presumed = np.zeros(len(tokens), dtype=bool)
         presumed[np.asarray(res["presumed_rows"]) - 1] = True
         assert not (cand & ~presumed & ~outlier).any()
+    verdicts = store.verdicts(candidates_only=True)
+    assert sorted(v.row_id for v in verdicts) == res["candidate_rows"]
 
 
 def test_analyst_skips_the_paper_round_when_o_prime_is_near_the_expected_share():
-    from dpsense.cloud.analyst import Analyst, AnalystParams
-    from dpsense.cloud.ingest.service import Connection
+    from dpsense.cloud.analyst import AnalystParams
     xp, tokens, table, c, outlier = _fleet()
-    a = Analyst(Connection("127.0.0.1", 1, "analyst", "x", "t"), lambda: None,
-                AnalystParams(eps_q=10.0, min_samples=20, mode="paper", centre_q=(100.0, -50.0),
-                              skip_margin=0.1))
-    a._client = None                   # a round would fail: there is no broker
-    res = a.process_window(_Store(xp, tokens), 0, 1, len(tokens))
+    a = _analyst(AnalystParams(eps_q=10.0, min_samples=20, window=3000, mode="paper", centre_q=(100.0, -50.0),
+                               skip_margin=0.1), None)       # a round would fail: there is no broker
+    store, w = _window_store(xp, tokens)
+    res = a.process_window(store, w)
     # |O'| = 322 is within 10 % of the expected 300.
     assert res["skipped"] and res["candidate_rows"] == res["presumed_rows"]
     assert res["presumed"] == 322
+    # No round ran: no round id spent, no attempt counted.
+    assert res["round"] is None and store.window_record(w.id).attempts == 0
+
+
+def test_mode_bands_holds_its_windows_until_the_profile_gives_width_and_centre():
+    from dpsense.cloud.analyst import AnalystParams
+    from dpsense.cloud.profile import DeviceProfile
+    xp, tokens, table, c, outlier = _fleet()
+    rounds = CorrectionRounds(CorrectionParams(w_o=0.0, normal_radius=8.0),
+                              lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode="bands")
+    profile: list[DeviceProfile] = []
+    a = _analyst(AnalystParams(eps_q=10.0, min_samples=20, window=3000, mode="bands"), _Loop(None, rounds),
+                 profile=lambda: profile[0] if profile else None)
+    store, w = _window_store(xp, tokens)
+    with pytest.raises(msg.RoundError, match="not known yet"):
+        a.process_window(store, w)
+    assert store.window_record(w.id).attempts == 0 and not store.window_results()
+    profile.append(DeviceProfile(quantum=1.0, domain=1000.0, delta_q=(8, 8), epsilon="1", centre_q=(100, -50),
+                                 band_width_q=100.0))
+    res = a.process_window(store, w)
+    cand = np.zeros(len(tokens), dtype=bool)
+    cand[np.asarray(res["candidate_rows"]) - 1] = True
+    assert np.array_equal(cand, outlier) and a.params.centre_q == (100.0, -50.0)
+
+
+def test_a_band_width_without_a_centre_is_no_round():
+    # Bands measured from the window's mean would void "no normal reading in R".
+    from dpsense.cloud.analyst import AnalystParams
+    xp, tokens, table, c, outlier = _fleet()
+    a = _analyst(AnalystParams(eps_q=10.0, min_samples=20, window=3000, mode="bands", band_width_q=100.0), None)
+    store, w = _window_store(xp, tokens)
+    with pytest.raises(msg.RoundError, match="centre"):
+        a.process_window(store, w)
+
+
+def test_the_server_refuses_rounds_until_its_parameters_are_known():
+    from dpsense.cloud.correction.server import CorrectionServer
+    from dpsense.cloud.errors import UsageError
+    from dpsense.cloud.ingest.service import Connection
+    known: list[CorrectionParams] = []
+    server = CorrectionServer(Connection("127.0.0.1", 1, "correction", "x", "t"),
+                              lambda: known[0] if known else None, lambda: None, log=lambda s: None, mode="bands")
+    assert server._rounds(lambda ts: {}) is None
+    known.append(CorrectionParams(w_o=0.0))                 # no normal radius: mode bands cannot run
+    with pytest.raises(UsageError):
+        server._rounds(lambda ts: {})
+    known[0] = CorrectionParams(w_o=0.0, normal_radius=8.0)
+    rounds = server._rounds(lambda ts: {})
+    assert rounds is not None and rounds.mode == "bands"
+    with pytest.raises(ValueError):
+        CorrectionServer(Connection("127.0.0.1", 1, "correction", "x", "t"), CorrectionParams(w_o=0.0),
+                         lambda: None, mode="bands")

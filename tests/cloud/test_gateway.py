@@ -1,9 +1,10 @@
-"""cloud/gateway.py: framed lines -> publishes, console lines logged, malformed lines counted."""
+"""cloud/gateway/: framed lines -> publishes, console lines logged, malformed lines counted,
+polls answered with what the broker has, event lines expanded."""
 from __future__ import annotations
 
 import json
 
-from dpsense.cloud.gateway import Gateway
+from dpsense.cloud.gateway.relay import Gateway
 from dpsense.protocol import wire
 from dpsense.protocol.framing import frame
 
@@ -155,11 +156,11 @@ def test_acknowledged_before_publish_returned_still_counts():
 
 def test_event_lines_become_the_full_firmware_console_text_and_status_messages():
     gw, pubs, logs = _tracking()
-    gw.feed(b"#boot microbit getrandbits 7 99 1 4 4 200 50 2 0 2288\n#cap 0 4 4 4 1 4\n#done 30 12 310\n"
-            b"#idle 12 3 0\n#idle 12 3 2\n")
+    gw.feed(b"#boot microbit prng_no_dp 7 99 1 4 4 200 50 2 0 2288 0.2.0\n#cap 0 4 4 4 1 4\n"
+            b"#done 30 12 310\n#idle 12 3 0\n#idle 12 3 2\n")
     assert logs == [
-        "console: boot ok: board=microbit device=7 boot=99 entropy=getrandbits eps_record=1/4 "
-        "pending=2 mem_free=2288",
+        "console: boot ok: board=microbit device=7 boot=99 entropy=prng_no_dp eps_record=1/4 "
+        "pending=2 mem_free=2288 version=0.2.0",
         "console: ledger: window 0 cap 1 reached (spent 1); withholding readings until window 1",
         "console: stimulus done: 30 readings, 12 released; firmware cost 310 us per reading",
         "console: idle: all 12 records acknowledged (3 resent)",
@@ -168,18 +169,51 @@ def test_event_lines_become_the_full_firmware_console_text_and_status_messages()
     boot, cap = [json.loads(p) for t, p in pubs]
     assert all(t == "dpsense/status/d7" for t, _ in pubs)
     assert boot == {"event": "boot", "device": 7, "boot": 99, "board": "microbit",
-                    "entropy": "getrandbits", "eps_record": "1/4", "eps_record_worst": "4", "cap": "1",
-                    "pending": 2, "dropped": 0, "mem_free": 2288}
+                    "entropy": "prng_no_dp", "eps_record": "1/4", "eps_record_worst": "4", "cap": "1",
+                    "pending": 2, "dropped": 0, "mem_free": 2288, "version": "0.2.0"}
     assert cap == {"event": "window_cap", "device": 7, "boot": 99, "board": "microbit",
-                   "entropy": "getrandbits", "eps_record": "1/4", "window": 0, "spent": "1",
+                   "entropy": "prng_no_dp", "eps_record": "1/4", "window": 0, "spent": "1",
                    "cap": "1", "withheld": 1, "released": 4}
     assert gw.stats.events == 5 and gw.stats.malformed == 0
 
 
+def test_every_event_the_micro_bit_node_writes_is_one_the_gateway_reads():
+    """firmware/mbio.py and mbnode.py write their event lines with their own format strings;
+    each kind, with records kept and not and a window cap reached, parses by EVENTS, and
+    names the board and entropy source as firmware/boards/microbit.py does."""
+    from dpsense.cloud.gateway.events import EVENTS, parse_event
+    from dpsense.protocol.rng import XorShift32
+    from tests.portable import test_mbnode as node
+    from firmware.boards import microbit
+
+    texts = [node._check(3, [(1, 1, 0, -100, 100, 20)], (1, 4), [0], [[i] for i in range(30)],
+                         win=10, cap=(1, 1))]
+    d = node._folder("gw-events")
+    first = node.FakeUart([[1, 2], [3, 4]], ack=False)      # nothing acknowledged: 2 kept
+    node._run(d, XorShift32(4), first, node.COLS, (1, 2), 600, (600, 1))
+    second = node.FakeUart([])                               # the next boot resends them
+    node._run(d, XorShift32(5), second, node.COLS, (1, 2), 600, (600, 1))
+    seen: dict[str, list] = {}
+    for text in texts + [bytes(first.out), bytes(second.out)]:
+        for ln in text.split(b"\n"):
+            if ln.startswith(b"#"):
+                ev = parse_event(ln)
+                seen.setdefault(ev["event"], []).append(ev)
+    assert sorted(seen) == sorted(EVENTS)
+    profile = microbit.PROFILE
+    assert {(b["board"], b["entropy"]) for b in seen["boot"]} == \
+        {(profile["name"], profile["entropy"])}
+    assert [b["pending"] for b in seen["boot"]] == [0, 0, 2]
+    assert [e["pending"] for e in seen["idle"]] == [0, 2, 0]
+    assert [(e["window"], e["released"]) for e in seen["cap"]] == [(0, 4), (1, 8), (2, 12)]
+
+
 def test_malformed_event_lines_are_counted():
     gw, pubs, logs = _tracking()
-    gw.feed(b"#nope 1\n#cap 1 2\n#done a b c\n#cap 0 1 1 0 1 1\n#\n")
-    assert pubs == [] and gw.stats.malformed == 5 and gw.stats.events == 0
+    # the last: a #boot without its version (a node older than the gateway)
+    gw.feed(b"#nope 1\n#cap 1 2\n#done a b c\n#cap 0 1 1 0 1 1\n#\n"
+            b"#boot microbit prng_no_dp 7 99 1 4 4 200 50 2 0 2288\n")
+    assert pubs == [] and gw.stats.malformed == 6 and gw.stats.events == 0
 
 
 # -- the full firmware on a serial board (Pico profile), wired to the gateway in-process ------
@@ -198,6 +232,9 @@ def _pico_app(tmp_path, rows, gw, up):
         "epsilon": "0.5", "centre": [0, 0], "window_records": 100, "window_cap": "100",
         "period_ms": 0, "stimulus": rows, "ring_path": str(tmp_path / "ring.bin"),
         "ledger_path": str(tmp_path / "ledger.bin")}, pico.PROFILE)
+    from ledger import provision
+    if not (tmp_path / "ledger.bin").exists():
+        provision(cfg["ledger_path"])
     logs: list[str] = []
 
     def write(data):
@@ -265,7 +302,7 @@ def test_records_the_gateway_never_acknowledged_are_resent_at_the_next_boot_and_
     app2.boot()
     app2.run()
     app2.ledger.close()
-    assert " pending=5 dropped=0 sensor=stimulus" in logs2[0]
+    assert " pending=5 dropped=0 " in logs2[0]
     assert logs2[-1] == "idle: all 1 records acknowledged (5 resent)"
     assert app2.ring.pending == 0
     again = [p for t, p in pubs2 if t != "dpsense/status/d7"]

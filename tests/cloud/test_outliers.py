@@ -1,16 +1,119 @@
-"""Outlier detectors: DBSCAN noise equals scikit-learn's, distance-based toy cases."""
+"""Outlier detectors: DBSCAN noise equals scikit-learn's, distance-based toy cases.
+
+The DBSCAN oracle tests compare with scikit-learn's DBSCAN on hypothesis-generated
+points. Lattice coordinates (integers, or quarters, with a large common offset) make every
+squared distance exact, so pairs at exactly ``eps`` are real ties, not rounding noise;
+hypothesis runs derandomised, so CI is deterministic.
+"""
 import tracemalloc
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.cluster import DBSCAN
 from sklearn.neighbors import KDTree
 
 from dpsense.cloud.outliers import BetaRAnomalies, DBSCANOutliers, DistanceOutliers
+from dpsense.cloud.outliers.dbscan import tree_core_noise
+from dpsense.cloud.outliers.grid import grid_core_noise, grid_fits
+
+ORACLE = settings(max_examples=200, deadline=None, derandomize=True)
 
 
 def _sklearn_noise(x, eps, min_samples):
     return DBSCAN(eps=eps, min_samples=min_samples).fit(x).labels_ == -1
+
+
+def _sklearn_core_noise(x, eps, min_samples):
+    fitted = DBSCAN(eps=eps, min_samples=min_samples).fit(x)
+    core = np.zeros(len(x), dtype=bool)
+    core[fitted.core_sample_indices_] = True
+    return core, fitted.labels_ == -1
+
+
+# Radii with lattice points at exactly that distance: 1 (unit steps), 2, 3 ((1, 2, 2) in
+# 3-D), 5 ((3, 4) and (0, 5)); 0.5 makes only duplicates neighbours.
+LATTICE_EPS = {2: [0.5, 1.0, 2.0, 5.0], 3: [0.5, 1.0, 2.0, 3.0]}
+
+
+@st.composite
+def lattice_case(draw, dim):
+    """Points on an integer lattice (many duplicates and ties), scaled and shifted exactly."""
+    n = draw(st.integers(1, 60))
+    side = draw(st.sampled_from([3, 6, 12]))
+    pts = draw(st.lists(st.tuples(*[st.integers(0, side)] * dim), min_size=n, max_size=n))
+    eps = draw(st.sampled_from(LATTICE_EPS[dim]))
+    # Quarters and an offset of 2**20 are exact in float64: the ties stay exact.
+    scale = draw(st.sampled_from([1.0, 0.25]))
+    shift = draw(st.sampled_from([0.0, 1048576.0, -3.0]))
+    min_samples = draw(st.one_of(st.integers(1, 8), st.sampled_from([n, n + 1])))
+    return np.array(pts, dtype=float) * scale + shift, eps * scale, min_samples
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_dbscan_noise_and_core_equal_sklearn_on_lattices(dim):
+    @ORACLE
+    @given(lattice_case(dim))
+    def check(case):
+        x, eps, min_samples = case
+        det = DBSCANOutliers(eps=eps, min_samples=min_samples).fit(x)
+        core, noise = _sklearn_core_noise(x, eps, min_samples)
+        np.testing.assert_array_equal(det.outlier_mask_, noise)
+        np.testing.assert_array_equal(det.core_mask_, core)
+    check()
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_dbscan_noise_equals_sklearn_on_random_floats(dim):
+    @ORACLE
+    @given(st.integers(0, 2**32 - 1), st.integers(5, 400), st.floats(0.05, 2.0), st.integers(1, 15))
+    def check(seed, n, eps, min_samples):
+        rng = np.random.default_rng(seed)
+        x = rng.normal(size=(n, dim)) * rng.uniform(0.2, 2.0) + rng.choice([-3.0, 0.0, 3.0], size=(n, 1))
+        det = DBSCANOutliers(eps=eps, min_samples=min_samples).fit(x)
+        np.testing.assert_array_equal(det.outlier_mask_, _sklearn_noise(x, eps, min_samples))
+    check()
+
+
+def test_grid_finds_pairs_at_exactly_eps():
+    # (0, 0) and (3, 4) are exactly 5 apart, as are (3, 4) and (6, 8): with min_samples 2
+    # all three are core; at a hair less than 5 every point is alone and noise.
+    x = np.array([[0.0, 0.0], [3.0, 4.0], [6.0, 8.0], [20.0, 20.0]])
+    core, noise = grid_core_noise(x, 5.0, 2)
+    assert core.tolist() == [True, True, True, False] and noise.tolist() == [False, False, False, True]
+    core, noise = grid_core_noise(x, np.nextafter(5.0, 0.0), 2)
+    assert not core.any() and noise.all()
+
+
+def test_grid_border_point_at_exactly_eps_from_a_core_point():
+    # Three duplicates at the origin are core (min_samples 3); (0, 2) is 2 away from them:
+    # a border point at eps = 2, noise at eps just under 2.
+    x = np.array([[0.0, 0.0]] * 3 + [[0.0, 2.0]])
+    _, noise = grid_core_noise(x, 2.0, 3)
+    assert noise.tolist() == [False, False, False, False]
+    _, noise = grid_core_noise(x, np.nextafter(2.0, 0.0), 3)
+    assert noise.tolist() == [False, False, False, True]
+
+
+def test_grid_and_tree_paths_agree_on_a_window():
+    # A detection-like window: a dense blob, a sparse layer and a few far points.
+    rng = np.random.default_rng(11)
+    x = np.vstack([rng.normal(0, 3, (4000, 2)), rng.normal(0, 60, (600, 2)), rng.uniform(-500, 500, (20, 2))])
+    for eps, min_samples in ((0.5, 5), (2.0, 20), (12.0, 60)):
+        grid = grid_core_noise(x, eps, min_samples)
+        tree = tree_core_noise(x, eps, min_samples)
+        np.testing.assert_array_equal(grid[0], tree[0])
+        np.testing.assert_array_equal(grid[1], tree[1])
+
+
+def test_too_wide_a_spread_takes_the_tree_path():
+    # 2**21 cells per axis do not fit a 3-D grid's keys; the tree path answers instead.
+    x = np.array([[0.0, 0.0, 0.0], [0.5, 0.0, 0.0], [1e7, 0.0, 0.0]])
+    assert not grid_fits(x, 1.0)
+    assert grid_fits(x[:2], 1.0) and not grid_fits(np.zeros((3, 4)), 1.0)
+    det = DBSCANOutliers(eps=1.0, min_samples=2).fit(x)
+    assert det.outlier_mask_.tolist() == [False, False, True]
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -52,9 +155,11 @@ def test_dbscan_min_samples_counts_the_point_itself():
 
 
 def test_dbscan_threads_give_the_same_answer():
-    x = np.random.default_rng(5).normal(size=(20_000, 2))
-    one = DBSCANOutliers(eps=0.05, min_samples=4).fit(x).outlier_mask_
-    two = DBSCANOutliers(eps=0.05, min_samples=4, n_jobs=2).fit(x).outlier_mask_
+    # Four columns take the KD-tree path, the one that uses threads; about 12 % is noise.
+    x = np.random.default_rng(5).normal(size=(20_000, 4))
+    one = DBSCANOutliers(eps=0.4, min_samples=4).fit(x).outlier_mask_
+    two = DBSCANOutliers(eps=0.4, min_samples=4, n_jobs=2).fit(x).outlier_mask_
+    assert 0.1 < one.mean() < 0.9
     np.testing.assert_array_equal(one, two)
 
 

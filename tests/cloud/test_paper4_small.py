@@ -124,7 +124,7 @@ def test_cli_query_count_and_subspaces(tmp_path, capsys):
     assert cli.main(["query", "subspaces", "--csv", str(csv), "--r", "0.2", "--h", "2", "--epsilon-select", "0.3",
                      "--epsilon-count", "0.2", "--dataset", "x", "--db", str(db)]) == 0
     assert capsys.readouterr().out.count("subspace ") == 2
-    # budget exhausted: refused with exit status 1
+    # budget exhausted: refused with exit status 2
     assert cli.main(["query", "subspaces", "--csv", str(csv), "--r", "0.2", "--h", "1", "--epsilon-select", "0.1",
-                     "--dataset", "x", "--db", str(db)]) == 1
+                     "--dataset", "x", "--db", str(db)]) == 2
     assert "does not fit" in capsys.readouterr().err

@@ -24,10 +24,12 @@ from dpsense.cloud.storage import (
     Gap,
     Reading,
     StorageError,
+    StorageUnavailable,
     open_analyst_store,
     open_correction_store,
     open_store,
 )
+from dpsense.cloud.storage.sqlite import SCHEMA_VERSION
 from dpsense.protocol import wire
 
 _DATABASE_NUMBERS = itertools.count()
@@ -39,7 +41,7 @@ def new_url(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], str]
     if request.param == "sqlite":
         files = itertools.count()
         return lambda: "sqlite:///%s/store%d.db" % (tmp_path, next(files))
-    from dpsense.cloud.storage.pgserver import create_database
+    from tests.pgserver import create_database
     server = request.getfixturevalue("postgres_url")
     return lambda: create_database(server, "test%d" % next(_DATABASE_NUMBERS))
 
@@ -167,6 +169,9 @@ def test_windows_follow_arrival_order(analyst: AnalystStore) -> None:
     assert ids == sorted(ids)
     assert [r for _, r in analyst.readings_after(ids[1], 1)] == arrivals[2:3]
     assert analyst.readings_after(ids[-1], 100) == []
+    # count_after counts what readings_after would return, without reading it
+    assert [analyst.count_after(ids[0] - 1, k) for k in (0, 1, 3, 100)] == [0, 1, 3, 4]
+    assert (analyst.count_after(ids[1], 100), analyst.count_after(ids[-1], 100)) == (2, 0)
 
     first = analyst.window(ids[0], 3)
     assert first.row_ids == ids[:3]
@@ -182,6 +187,8 @@ def test_windows_follow_arrival_order(analyst: AnalystStore) -> None:
         analyst.window(0, -1)
     with pytest.raises(ValueError):
         analyst.readings_after(0, -1)
+    with pytest.raises(ValueError):
+        analyst.count_after(0, -1)
 
 
 def test_window_refuses_mixed_column_counts(analyst: AnalystStore) -> None:
@@ -308,21 +315,21 @@ def test_correction_store_has_no_device_column(new_url: Callable[[], str]) -> No
 def test_postgres_store_reconnects_after_losing_its_connection(postgres_url: str) -> None:
     import psycopg
 
-    from dpsense.cloud.storage.pgserver import create_database
+    from tests.pgserver import create_database
     url = create_database(postgres_url, "reconnect%d" % next(_DATABASE_NUMBERS))
     with open_analyst_store(url) as store:
         store.add_batch([reading(7, 1, 0)], [])
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                           " WHERE application_name = 'dpsense-analyst' AND datname = current_database()")
-        with pytest.raises(StorageError):
+        with pytest.raises(StorageUnavailable):                 # the ingest retries this kind
             store.add_batch([reading(7, 1, 1)], [])
         assert store.add_batch([reading(7, 1, 1)], []) == 1    # the retry runs on a new connection
         assert store.count() == 2
 
 
 def test_missing_postgres_names_the_debian_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dpsense.cloud.storage import pgserver
+    from tests import pgserver
     monkeypatch.setattr(pgserver, "SEARCH_GLOB", "/nonexistent/*/bin")
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(pgserver.PostgresNotFound, match="Debian package `postgresql`"):
@@ -338,7 +345,7 @@ def test_sqlite_file_settings(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     finally:
         conn.close()

@@ -16,13 +16,27 @@ pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
                                 reason="Debian package 'mosquitto' is not installed")
 
 
+# The broker keeps no password in clear: the tests hold what it returned, per broker port.
+PASSWORDS: dict[tuple[int, str], str] = {}
+
+
+def _accounts(b: Broker, roles=(), devices=()) -> Broker:
+    for role in roles:
+        pw = b.add_account(role)
+        PASSWORDS[(b.port, role)] = pw
+        if role in ("analyst", "correction"):
+            PASSWORDS[(b.port, role + "-ingest")] = pw
+    for d in devices:
+        name, pw = b.add_device(d)
+        PASSWORDS[(b.port, name)] = pw
+    return b
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = Broker(tmp_path_factory.mktemp("broker"), port=free_port())
-    for role in ("analyst", "correction", "curator"):
-        b.add_account(role)
-    b.add_device(7)
-    b.add_device(8)
+    b = _accounts(Broker(tmp_path_factory.mktemp("broker"), port=free_port()),
+                  ("analyst", "correction", "curator", "alerts"), (7, 8))
+    PASSWORDS[(b.port, "ops")] = b.add_account("ops", "alerts")
     with b.running():
         yield b
 
@@ -30,13 +44,16 @@ def broker(tmp_path_factory):
 class Peer:
     """A paho client that records what it receives and which publishes the broker acknowledged."""
 
-    def __init__(self, broker: Broker, user: str, client_id: str | None = None, clean: bool = True):
+    def __init__(self, broker: Broker, user: str, client_id: str | None = None, clean: bool = True,
+                 password: str | None = None):
         self.got: list[tuple[str, bytes]] = []
         self.granted: list[int] = []
         self.subscribed = threading.Event()
         self.c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id or "t-" + user,
                              clean_session=clean, protocol=mqtt.MQTTv311)
-        self.c.username_pw_set(user, broker.password(user))
+        self.c.username_pw_set(user, password or PASSWORDS[(broker.port, user)])
+        self.disconnects: list[object] = []
+        self.c.on_disconnect = lambda c, u, flags, reason, props: self.disconnects.append(reason)
         self.c.max_inflight_messages_set(1000)
         self.c.max_queued_messages_set(0)
         self.c.on_message = lambda c, u, m: self.got.append((m.topic, bytes(m.payload)))
@@ -109,6 +126,49 @@ def test_analyst_cannot_read_corrections_and_correction_server_cannot_read_readi
         p.close()
 
 
+def test_alerts_account_reads_alerts_and_nothing_else(broker):
+    """The operator's read-only account gets the analyst's alerts and no other topic; devices
+    never see alerts; nobody but the analyst can put an alert there."""
+    watcher = Peer(broker, "alerts")
+    for topic in (topics.ALERTS_ALL, topics.READINGS_ALL, topics.CORRECTIONS, topics.STATUS_ALL,
+                  topics.ROUND_TO_CS, topics.ROUND_TO_ANALYST, "#"):
+        watcher.subscribe(topic)
+    d8 = Peer(broker, "d8")
+    d8.subscribe(topics.ALERTS_ALL)
+    cs = Peer(broker, "correction")
+    cs.subscribe(topics.CORRECTIONS)
+    analyst = Peer(broker, "analyst")
+    analyst.subscribe(topics.READINGS_ALL)
+    analyst.subscribe(topics.STATUS_ALL)
+    d7 = Peer(broker, "d7")
+    d7.c.publish(topics.READINGS % "d7", b"reading", qos=1).wait_for_publish(5)
+    d7.c.publish(topics.STATUS % "d7", b"{}", qos=1).wait_for_publish(5)
+    d7.c.publish(topics.CORRECTIONS, b"corr", qos=1).wait_for_publish(5)
+    for step in ("presumed", "split"):
+        (analyst if step == "presumed" else cs).c.publish(
+            topics.ROUND_TO_CS if step == "presumed" else topics.ROUND_TO_ANALYST, step.encode(), qos=1)
+    # "ops", a second account of the alerts role (the fixture's): a connection of the watcher's
+    # own account would take over its session, since the client id is the account name.
+    for topic in (topics.ALERTS % "hall-a", topics.CORRECTIONS, topics.READINGS % "ops", topics.STATUS % "ops"):
+        spoof = Peer(broker, "ops")
+        try:
+            spoof.c.publish(topic, b"spoofed", qos=1).wait_for_publish(2)
+        except (RuntimeError, ValueError):
+            pass        # Mosquitto may drop a client that publishes where it may not
+        spoof.close()
+    d7.c.publish(topics.ALERTS % "hall-a", b"device alert", qos=1)
+    analyst.c.publish(topics.ALERTS % "hall-a", b"alert", qos=1).wait_for_publish(5)
+    assert _wait_for(lambda: len(watcher.got) >= 1)
+    assert _wait_for(lambda: len(cs.got) >= 1)
+    time.sleep(0.5)
+    assert watcher.got == [("dpsense/alerts/hall-a", b"alert")]
+    assert d8.got == []
+    assert cs.got == [(topics.CORRECTIONS, b"corr")]
+    assert sorted(analyst.got) == [("dpsense/readings/d7", b"reading"), ("dpsense/status/d7", b"{}")]
+    for p in (watcher, d8, cs, analyst, d7):
+        p.close()
+
+
 def test_unknown_user_and_wrong_password_are_refused(broker):
     c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="intruder")
     c.username_pw_set("d7", "wrong")
@@ -156,9 +216,7 @@ def test_no_message_lost_for_a_subscriber_that_falls_behind(broker):
 def test_mosquitto_defaults_would_have_lost_messages(tmp_path):
     """The same scenario against Mosquitto's default queue limit loses messages: the test
     above can fail, and the setting it relies on matters."""
-    b = Broker(tmp_path, port=free_port())
-    b.add_account("analyst")
-    b.add_device(8)
+    b = _accounts(Broker(tmp_path, port=free_port()), ("analyst",), (8,))
     b.write_config()
     conf = b.conf_path.read_text().replace("max_queued_messages 0", "max_queued_messages 1000")
     b.write_config = lambda: b.conf_path  # keep the edited file
@@ -173,9 +231,7 @@ def test_mosquitto_defaults_would_have_lost_messages(tmp_path):
 
 def test_broker_restart_keeps_queued_messages(tmp_path):
     """Messages queued for an offline persistent session survive a clean broker restart."""
-    b = Broker(tmp_path, port=free_port())
-    b.add_account("analyst")
-    b.add_device(8)
+    b = _accounts(Broker(tmp_path, port=free_port()), ("analyst",), (8,))
     with b.running():
         sub = Peer(b, "analyst", client_id="restart-analyst", clean=False)
         sub.subscribe(topics.READINGS_ALL)
@@ -188,3 +244,171 @@ def test_broker_restart_keeps_queued_messages(tmp_path):
         sub = Peer(b, "analyst", client_id="restart-analyst", clean=False)
         assert _wait_for(lambda: len(sub.got) >= 500, 15), "received %d of 500" % len(sub.got)
         sub.close()
+
+
+@pytest.mark.parametrize("argv", [["analyst"], ["correction-server", "--w-o", "5"], ["ingest", "--role", "analyst"]])
+def test_a_service_the_broker_refuses_says_so_in_one_line(broker, tmp_path, argv):  # noqa: D103
+    """A wrong password: the broker answers CONNACK "Not authorized"; the service stops at once
+    with that reason (it used to wait 10 s and say only "no broker connection")."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, DPSENSE_BROKER_PASSWORD="wrong")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", *argv, "--data-dir", str(tmp_path),
+                        "--broker-port", str(broker.port)], capture_output=True, text=True, timeout=30, env=env)
+    assert time.monotonic() - t0 < 8, r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    user = {"correction-server": "correction", "analyst": "analyst", "ingest": "analyst-ingest"}[argv[0]]
+    assert r.stderr.splitlines()[-1] == ("dpsense %s: the broker at 127.0.0.1:%d refused account %s: Not authorized"
+                                         % (argv[0], broker.port, user)), r.stderr
+
+
+# -- access: what every account is denied (issue 15, "must be true") --------------------------
+
+@pytest.mark.parametrize("taken", ["analyst-ingest", "dpsense-ingest-analyst", "analyst",
+                                   "dpsense-analyst", "correction", "correction-ingest",
+                                   "dpsense-correction", "dpsense-ingest-correction"])
+def test_a_device_cannot_take_a_services_client_id(broker, taken):
+    """The broker makes every connection's client id its user name: a device that sends the
+    ingest's (or the analyst's, or the correction server's) client id gets its own session,
+    and the service's connection and persistent session stay as they were."""
+    service = "analyst-ingest" if "analyst" in taken else "correction-ingest"
+    topic = topics.READINGS_ALL if service == "analyst-ingest" else topics.CORRECTIONS
+    ingest = Peer(broker, service, client_id=taken, clean=False)
+    ingest.subscribe(topic)
+    thief = Peer(broker, "d7", client_id=taken)
+    send = topics.READINGS % "d7" if service == "analyst-ingest" else topics.CORRECTIONS
+    thief.c.publish(send, b"after the takeover attempt", qos=1).wait_for_publish(5)
+    assert _wait_for(lambda: ingest.got, 5), "the service stopped receiving"
+    time.sleep(0.3)
+    assert ingest.disconnects == [] and ingest.c.is_connected()
+    assert ingest.got == [(send, b"after the takeover attempt")]
+    log = broker.log_path.read_text(errors="replace")
+    assert "%s already connected" % service not in log
+    assert "%s already connected" % taken not in log
+    thief.close()
+    ingest.c.unsubscribe(topic)
+    ingest.close()
+
+
+def test_a_device_reads_nothing_but_its_own_acknowledgements(broker):
+    """d7 subscribes to everything; of all the traffic below it receives only dpsense/ack/d7."""
+    d7 = Peer(broker, "d7")
+    for f in ("#", topics.READINGS_ALL, topics.CORRECTIONS, topics.STATUS_ALL, topics.ACK_ALL,
+              topics.ACK % "d8", topics.ROUND_TO_CS, topics.ROUND_TO_ANALYST, topics.ACK % "d7"):
+        d7.subscribe(f)
+    ingest = Peer(broker, "analyst-ingest")
+    d8 = Peer(broker, "d8")
+    cs = Peer(broker, "correction")
+    analyst = Peer(broker, "analyst")
+    sent = [(d8, topics.READINGS % "d8"), (d8, topics.CORRECTIONS), (d8, topics.STATUS % "d8"),
+            (analyst, topics.ROUND_TO_CS), (cs, topics.ROUND_TO_ANALYST),
+            (ingest, topics.ACK % "d8"), (ingest, topics.ACK % "d7")]
+    for peer, topic in sent:
+        peer.c.publish(topic, b"x", qos=1).wait_for_publish(5)
+    assert _wait_for(lambda: d7.got, 5)
+    time.sleep(0.5)
+    assert d7.got == [(topics.ACK % "d7", b"x")]
+    for p in (d7, ingest, d8, cs, analyst):
+        p.close()
+
+
+def test_anonymous_is_refused(broker):
+    c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="anonymous")
+    codes = []
+    c.on_connect = lambda cl, u, f, rc, p: codes.append(rc)
+    c.connect(broker.host, broker.port)
+    c.loop_start()
+    assert _wait_for(lambda: codes, 5)
+    c.loop_stop()
+    assert codes[0].is_failure and "authori" in str(codes[0]).lower()
+
+
+def test_no_password_is_kept_in_clear_and_every_file_is_private(broker):
+    names = {p.name for p in broker.dir.rglob("*")}
+    assert "credentials" not in names
+    text = "\n".join(p.read_text(errors="replace") for p in broker.dir.rglob("*")
+                     if p.is_file() and p.stat().st_size < 10 ** 6)
+    for (port, user), pw in PASSWORDS.items():
+        if port == broker.port:
+            assert pw not in text, "the password of %s is in the broker's files" % user
+    for line in (broker.dir / "passwd").read_text().splitlines():
+        assert line.split(":", 1)[1].startswith("$7$"), line       # PBKDF2-SHA512 hashes
+    for p in [broker.dir, *broker.dir.rglob("*")]:
+        assert p.stat().st_mode & 0o077 == 0, "%s is %o" % (p, p.stat().st_mode)
+
+
+def test_add_account_writes_the_password_once_where_asked(tmp_path):
+    """`dpsense broker add-account --password-file` writes a 0600 file (umask 022 or not);
+    without it the password is printed once; the broker's folder never holds it."""
+    import os
+    import subprocess
+    import sys
+    pw_file = tmp_path / "analyst.pw"
+    r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "broker", "add-account", "analyst",
+                        "--data-dir", str(tmp_path / "data"), "--password-file", str(pw_file)],
+                       capture_output=True, text=True, timeout=30, umask=0o022)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "" and "written to %s" % pw_file in r.stderr
+    assert pw_file.stat().st_mode & 0o777 == 0o600
+    pw = pw_file.read_text().strip()
+    r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "broker", "add-device", "7",
+                        "--data-dir", str(tmp_path / "data")],
+                       capture_output=True, text=True, timeout=30)
+    name, pw7 = r.stdout.split()
+    assert name == "d7" and len(pw7) >= 20
+    found = [p for p in (tmp_path / "data").rglob("*") if p.is_file()
+             and (pw.encode() in p.read_bytes() or pw7.encode() in p.read_bytes())]
+    assert found == []
+    os.chmod(pw_file, 0o644)             # a secret others can read is refused, in one line
+    r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "ingest", "--role", "analyst",
+                        "--data-dir", str(tmp_path / "data"), "--password-file", str(pw_file)],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "readable by others (mode 0644)" in r.stderr
+
+
+def test_a_plain_listener_stays_on_loopback(tmp_path):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "broker", "run", "--data-dir",
+                        str(tmp_path), "--broker-host", "0.0.0.0", "--broker-port", str(free_port())],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "plain-text listener on 0.0.0.0" in r.stderr and "--tls" in r.stderr
+
+
+# -- supervision ----------------------------------------------------------------------------
+
+def test_broker_run_exits_when_its_mosquitto_is_killed(tmp_path):
+    """kill -9 of the Mosquitto child: `dpsense broker run` says so in one line and exits 2
+    within about a second (it polls twice a second)."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "dpsense.cloud.cli", "broker", "run", "--data-dir",
+                          str(tmp_path), "--broker-port", str(port)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stderr.readline()
+        m = re.search(r"mosquitto \(pid (\d+)\)", line)
+        assert m, line
+        os.kill(int(m.group(1)), signal.SIGKILL)
+        t0 = time.monotonic()
+        rc = p.wait(10)
+        took = time.monotonic() - t0
+        err = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+    assert rc == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert re.match(r"dpsense broker: mosquitto \(pid %s\) was killed by SIGKILL \(log: " % m.group(1), err), err
+    assert took < 3.0

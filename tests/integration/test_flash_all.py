@@ -4,12 +4,13 @@ Exactly the two commands of README.md ("Boards"), as subprocesses, against a rea
 Mosquitto and the real `dpsense ingest` processes (hil_tests/rigs/cloud.py's CloudSide):
 
     python tools/flash.py all --board qemu-microbit --device-id 7 --data-dir D \\
-        --broker-port P --stimulus rows.txt          # prints "gateway port: /dev/pts/N"
-    dpsense gateway --port /dev/pts/N --device-id 7 --data-dir D --broker-port P
+        --broker-port P --stimulus rows.txt --password-file d7.pw   # prints "gateway port: /dev/pts/N"
+    dpsense gateway --port /dev/pts/N --device-id 7 --password-file d7.pw --data-dir D --broker-port P
 
 `all` boots QEMU, deploys the node's files, provisions config.json (and the broker
-account d7, whose password the gateway reads from D), verifies every file on the board,
-then runs mbnode and feeds it the stimulus rows over the UART.
+account d7, whose password it writes to the --password-file the gateway then reads),
+verifies every file on the board, then runs mbnode and feeds it the stimulus rows over
+the UART.
 """
 from __future__ import annotations
 
@@ -55,13 +56,14 @@ def test_flash_all_then_gateway_brings_readings_to_the_database(tmp_path: Path) 
     stim.write_text("".join("%d,%d\n" % (i * 10 - 200, 30000 + i) for i in range(N)))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     flash_log = tmp_path / "flash.log"
+    pw_file = tmp_path / "d7.pw"          # provision writes the gateway's password here (0600)
     procs: list[subprocess.Popen] = []
     try:
         cloud.start()
         with open(flash_log, "wb") as out:
             flash = subprocess.Popen(
                 [sys.executable, "tools/flash.py", "all", "--board", "qemu-microbit",
-                 "--device-id", "7", "--data-dir", str(cloud.dir),
+                 "--device-id", "7", "--data-dir", str(cloud.dir), "--password-file", str(pw_file),
                  "--broker-port", str(cloud.broker.port), "--config-json", str(conf),
                  "--stimulus", str(stim)],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -86,6 +88,7 @@ def test_flash_all_then_gateway_brings_readings_to_the_database(tmp_path: Path) 
         with open(gw_log, "wb") as out:
             gw = subprocess.Popen(
                 [sys.executable, "-m", "dpsense.cloud.cli", "gateway", "--port", pty, "--device-id", "7",
+                 "--password-file", str(pw_file),
                  "--data-dir", str(cloud.dir), "--broker-port", str(cloud.broker.port)],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         procs.append(gw)
@@ -102,8 +105,12 @@ def test_flash_all_then_gateway_brings_readings_to_the_database(tmp_path: Path) 
         for p in reversed(procs):
             stop(p)
         cloud.close()
-    # The account exists; a serial board's config carries no broker password.
-    assert (cloud.dir / "broker" / "credentials" / "d7").is_file()
+    # The account exists; its password is in the file asked for (0600) and nowhere under the
+    # broker's folder; a serial board's config carries no broker password.
+    assert "d7:$7$" in (cloud.dir / "broker" / "passwd").read_text()
+    assert pw_file.stat().st_mode & 0o777 == 0o600
+    pw = pw_file.read_bytes().strip()
+    assert not [p for p in (cloud.dir / "broker").rglob("*") if p.is_file() and pw in p.read_bytes()]
     text = flash_log.read_text(errors="replace")
     assert "broker_password" not in text
     assert time.monotonic() - t0 < 90

@@ -5,7 +5,7 @@ The two commands of a real Pico (README.md, `flash.py all --help`):
 
     python tools/flash.py all --board pico --port PTY --device-id 9 --config-json pico.json \\
         --data-dir D --broker-port P        # deploy, provision, verify, soft reset: main.py runs
-    dpsense gateway --port PTY --device-id 9 --data-dir D --broker-port P
+    dpsense gateway --port PTY --device-id 9 --password-file d9.pw --data-dir D --broker-port P
 
 The gateway opens the port after the board started, as a person would: what the board
 wrote before that is gone (a Pico's USB serial drops it too), and its ring resends those
@@ -60,7 +60,7 @@ def test_flash_all_pico_then_gateway_on_its_port(tmp_path: Path) -> None:
             r = subprocess.run(
                 [sys.executable, "tools/flash.py", "all", "--board", "pico", "--port", board.pty,
                  "--device-id", "9", "--config-json", str(conf), "--data-dir", str(cloud.dir),
-                 "--broker-port", str(cloud.broker.port)],
+                 "--broker-port", str(cloud.broker.port), "--password-file", str(tmp_path / "d9.pw")],
                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, r.stdout + r.stderr
             for step in ("== deploy", "== provision", "== verify", "board soft-reset"):
@@ -71,7 +71,8 @@ def test_flash_all_pico_then_gateway_on_its_port(tmp_path: Path) -> None:
             with open(gw_log, "wb") as out:
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", "dpsense.cloud.cli", "gateway", "--port", board.pty,
-                     "--device-id", "9", "--data-dir", str(cloud.dir),
+                     "--device-id", "9", "--password-file", str(tmp_path / "d9.pw"),
+                     "--data-dir", str(cloud.dir),
                      "--broker-port", str(cloud.broker.port)],
                     cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT))
             cloud.wait_readings(N, 40)

@@ -32,17 +32,17 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture()
 def broker(tmp_path):
     b = Broker(tmp_path, port=free_port())
-    b.add_account("analyst")
-    for d in (1, 2, 3, 4):
-        b.add_device(d)
+    # The broker keeps no password in clear: the test holds them.
+    b.test_passwords = {"analyst": b.add_account("analyst")}  # type: ignore[attr-defined]
+    b.test_passwords.update(b.add_devices([1, 2, 3, 4]))  # type: ignore[attr-defined]
     with b.running():
         yield b
 
 
 def _device(broker: Broker, device_id: int) -> mqtt.Client:
     name = topics.device_username(device_id)
-    c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="pub-" + name, protocol=mqtt.MQTTv311)
-    c.username_pw_set(name, broker.password(name))
+    c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=name, protocol=mqtt.MQTTv311)
+    c.username_pw_set(name, broker.test_passwords[name])
     c.max_inflight_messages_set(1000)
     c.max_queued_messages_set(0)
     c.connect(broker.host, broker.port)
@@ -55,7 +55,7 @@ def _reading(device_id: int, seq: int) -> bytes:
 
 
 def _ingest_proc(broker: Broker, url: str, log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DPSENSE_BROKER_PASSWORD=broker.test_passwords["analyst"])
     with open(log, "ab") as f:
         return subprocess.Popen(
             [sys.executable, "-m", "dpsense.cloud.cli", "ingest", "--role", "analyst", "--data-dir",
@@ -76,7 +76,7 @@ def _count(url: str) -> int:
 def store_url(request, tmp_path):
     if request.param == "sqlite":
         return "sqlite:///%s" % (tmp_path / "analyst.db")
-    from dpsense.cloud.storage.pgserver import create_database
+    from tests.pgserver import create_database
     return create_database(request.getfixturevalue("postgres_url"), "ingest_%s" % tmp_path.name.lower()[-20:])
 
 
@@ -153,7 +153,8 @@ def live_ingest(broker, tmp_path):
     """An IngestService running in a thread; SQLite connections belong to their thread,
     so the store is opened inside it."""
     db = tmp_path / "fuzz.db"
-    conn = Connection(broker.host, broker.port, "analyst", broker.password("analyst"), "fuzz-ingest")
+    conn = Connection(broker.host, broker.port, "analyst-ingest", broker.test_passwords["analyst"],
+                      "analyst-ingest")
     svc = IngestService.for_analyst(conn, None, batch_size=50, log=lambda s: None)
     stop = threading.Event()
     result: dict[str, BaseException] = {}
@@ -168,7 +169,7 @@ def live_ingest(broker, tmp_path):
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    assert _wait(lambda: svc._connected.is_set(), 10)
+    assert _wait(lambda: svc.session.up.is_set(), 10)
     yield svc, db, result
     stop.set()
     t.join(10)

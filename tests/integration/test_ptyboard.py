@@ -19,9 +19,10 @@ from typing import Iterator
 
 import pytest
 
+from dpsense.cloud.serialport import Transport
 from dpsense.tools.deploy import micropython_binary
 from dpsense.tools.ptyboard import PtyBoard
-from dpsense.tools.rawrepl import RawRepl, RawReplError, Transport
+from dpsense.tools.rawrepl import RawRepl, RawReplError
 
 ROOT = Path(__file__).resolve().parents[2]
 

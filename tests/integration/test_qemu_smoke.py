@@ -9,6 +9,7 @@ upload path people use. One emulator serves the whole module (~10 s in all).
 from __future__ import annotations
 
 import ast
+import struct
 from types import SimpleNamespace
 from typing import Iterator
 
@@ -17,9 +18,10 @@ import pytest
 from dpsense.protocol.fixedpoint import Affine
 from dpsense.protocol.noise import DiscreteLaplace
 from dpsense.protocol.rng import XorShift32
-from dpsense.tools.flash import BOARDS, check_imports, deploy, plan, resolve_sources
+from dpsense.tools.deploy import BOARDS, check_imports, deploy, plan, resolve_sources
 from dpsense.tools.qemu import QemuMicrobit, missing_reason
-from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplTimeout, Transport
+from dpsense.cloud.serialport import Transport
+from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplTimeout
 
 _MISSING = missing_reason()
 pytestmark = [pytest.mark.qemu,
@@ -30,6 +32,10 @@ SEED = 20240611
 N_SAMPLES = 40
 SCALES = ((73, 10), (1, 2), (1000, 1), (100000, 1))
 MIN_FREE_HEAP = 2000
+# The node's heap once running with three columns, as its #boot event reports it, with a
+# boot id past 2**30 (a long int; 32 bytes more free below): 1392 bytes before its modules
+# took the shared source as code, 1440 after.
+MIN_FREE_RUNNING = 1400
 
 # Raw values cover clamping at both ends, rounding ties, and products beyond the
 # board's 31-bit small ints (2**30 and up are long ints there).
@@ -180,7 +186,7 @@ def test_microbit_node_writes_what_node_py_writes(board: SimpleNamespace) -> Non
 
     from dpsense.protocol.rng import fmix32
     from tests.portable.test_mbnode import _frames, _reference
-    from dpsense.tools.flash import MICROBIT_FILES, MICROBIT_IMPORTS
+    from dpsense.tools.deploy import MICROBIT_FILES, MICROBIT_IMPORTS
     profile = BOARDS["qemu-microbit"]
     extra = [m for m in MICROBIT_FILES if m not in MODULES]
     deploy(board.repl, profile, plan(profile, resolve_sources(extra)), log=board.log.append)
@@ -211,6 +217,40 @@ def test_microbit_node_writes_what_node_py_writes(board: SimpleNamespace) -> Non
     assert "idle: all 6 records acknowledged (0 resent)" in console
 
 
+def test_slim_int32_and_norm_match_the_shared_code_on_the_board(board: SimpleNamespace) -> None:
+    """mbutil's put32 and norm on the micro:bit's own interpreter (31-bit small ints, long
+    ints above, its struct) for tests/portable/test_mbslim.py's classes: every int32 class
+    against node.py's clamp and wire's "<i", every rounding boundary and column count
+    against distance.distance_q."""
+    from tests.portable import test_mbslim as slim
+    profile = BOARDS["qemu-microbit"]
+    deploy(board.repl, profile, plan(profile, resolve_sources(["mbutil"])), log=board.log.append)
+
+    def run(code: str) -> list[object]:
+        # mbutil first, on its own: compiling it next to the test's code does not fit
+        board.repl.soft_reset()
+        board.repl.exec("import mbutil", 30)
+        return [ast.literal_eval(ln) for ln in board.repl.exec(code, 60).splitlines() if ln.strip()]
+
+    # the classes are built on the board from their roots: a literal of them does not compile there
+    assert slim.INT32_CLASSES == [x for b in slim.INT32_BITS
+                                  for v in (2 ** b - 1, 2 ** b, 2 ** b + 1) for x in (v, -v)]
+    device = run("b=bytearray(4)\nfor e in %r:\n for v in (2**e-1,2**e,2**e+1):\n"
+                 "  for x in (v,-v):\n   mbutil.put32(b,0,x)\n   print(bytes(b))"
+                 % (slim.INT32_BITS,))
+    assert device == [struct.pack("<i", slim._clamp_i32(v)) for v in slim.INT32_CLASSES]
+    centre = [(-1) ** i * (i * 1000003) for i in range(16)]
+    cases = slim._norm_cases()
+    small = cases[:len(cases) - 3 * len(slim.NORM_ROOTS)]
+    device = run(
+        "C=%r\ndef t(o):\n for m in range(len(o),17):\n  d=[0]*m\n"
+        "  for i in range(len(o)):\n   d[(0,m-1,m//2)[i]]=o[i]*(-1)**(i+m)\n"
+        "  print(mbutil.norm([C[i]+d[i] for i in range(m)],C[:m]))\n"
+        "for o in %r:\n t(o)\nfor j in %r:\n t([j*j])\n t([j*j,j])\n t([j*j-1,j])"
+        % (centre, [o for o, _ in small], list(slim.NORM_ROOTS)))
+    assert device == [w for o, w in cases for m in range(len(o), 17)]
+
+
 def _drive(tr: Transport, out: bytearray, rows: list[list[int]], timeout: float = 60.0) -> bytearray:
     """Be the node's host until its run ends: each ``?`` gets the next row (``.`` when
     done); as the gateway, each record is acknowledged (as if both its messages were
@@ -239,12 +279,14 @@ def _drive(tr: Transport, out: bytearray, rows: list[list[int]], timeout: float 
     return out
 
 
-def test_microbit_node_runs_three_columns_from_a_checked_config() -> None:
+def test_microbit_node_runs_three_columns_from_a_checked_config(
+        capsys: pytest.CaptureFixture[str]) -> None:
     """The micro:bit's widest config (3 columns, one with long ints) through the real boot
     sequence: provisioning's check on the board (mbcfg, then removed), the ledger read
     back (mbstate), the node; every record released and acknowledged, no MemoryError."""
     from dpsense.tools import microbit as mb
     from dpsense.tools.deploy import default_uploads
+    from dpsense.tools.provision import microbit_config_text
     profile = BOARDS["qemu-microbit"]
     col = lambda lo, hi: {"num": 1, "den": 1, "offset": 0, "raw_min": lo, "raw_max": hi,  # noqa: E731
                           "delta_q": 25}
@@ -255,7 +297,7 @@ def test_microbit_node_runs_three_columns_from_a_checked_config() -> None:
         repl = q.repl(profile.chunk_size, profile.pause)
         repl.enter()
         deploy(repl, profile, default_uploads(profile), log=lambda s: None)
-        repl.write_file("config.txt", mb.microbit_config_text(cfg).encode())
+        repl.write_file("config.txt", microbit_config_text(cfg).encode())
         mb.check_microbit_config(repl)
         assert "mbcfg.py" not in repl.exec("import os\nprint(os.listdir())")
         out = _drive(q.transport, bytearray(mb.boot_microbit_node(repl)),
@@ -266,11 +308,22 @@ def test_microbit_node_runs_three_columns_from_a_checked_config() -> None:
     assert "stimulus done: 40 readings, 40 released" in console
     assert "idle: all 40 records acknowledged (0 resent)" in console
     assert text.count(b"\n~0101") == 40
+    # the boot event carries the project's version, and the heap left with three columns
+    from dpsense.cloud.gateway.events import parse_event
+    from dpsense.protocol import __version__
+    boot = parse_event([ln for ln in text.replace(b"\r\n", b"\n").split(b"\n")
+                        if ln.startswith(b"#boot")][0])
+    assert boot["version"] == __version__
+    assert " mem_free=%d version=%s" % (boot["mem_free"], __version__) in console
+    with capsys.disabled():
+        print("\n  micro:bit (QEMU) node running 3 columns: gc.mem_free() %d bytes at #boot"
+              % boot["mem_free"])
+    assert boot["mem_free"] >= MIN_FREE_RUNNING
 
 
 def _expanded(text: bytes) -> str:
     """The node's event lines in the words the gateway logs them with."""
-    from dpsense.cloud.gateway import expand_event, parse_event
+    from dpsense.cloud.gateway.events import expand_event, parse_event
     out, boot = [], None
     for ln in text.replace(b"\r\n", b"\n").split(b"\n"):
         if ln.startswith(b"#"):
@@ -278,3 +331,52 @@ def _expanded(text: bytes) -> str:
             boot = ev if ev["event"] == "boot" else boot
             out += expand_event(ev, boot)[0]
     return "\n".join(out)
+
+
+RNG_BYTES = 8192
+RNG_ALPHA = 1e-4
+
+
+def _rng_pvalues(data: bytes) -> tuple[float, float]:
+    """Chi-square p-values of the byte values (256 cells) and of consecutive pairs of
+    nibbles, high nibble of one byte with the high nibble of the next (256 cells): a
+    biased byte fails the first, a byte that depends on the one before (a stale VALUE
+    read again) the second."""
+    from scipy.stats import chisquare
+    counts = [0] * 256
+    for b in data:
+        counts[b] += 1
+    pairs = [0] * 256
+    for a, b in zip(data, data[1:]):
+        pairs[(a >> 4) * 16 + (b >> 4)] += 1
+    return float(chisquare(counts).pvalue), float(chisquare(pairs).pvalue)
+
+
+def _board_bytes(repl: RawRepl, draw: str) -> bytes:
+    out = repl.exec("import mbrng\nprint(mbrng.selftest())\nfor _ in range(%d):\n"
+                    " print(''.join(['%%02x' %% (%s) for _ in range(64)]))"
+                    % (RNG_BYTES // 64, draw), 300)
+    lines = out.split()
+    assert lines[0] == "True", out[:200]
+    return bytes.fromhex("".join(lines[1:]))
+
+
+def test_hardware_rng_bytes_on_the_board_are_uniform(board: SimpleNamespace) -> None:
+    """firmware/mbrng.py on the emulated micro:bit: its start-up test passes, and 8192 bytes
+    pass both chi-square tests at 1e-4 each (false-failure rate 2e-4 for a uniform source).
+    Power: the same statistic on the same board fails reading VALUE without waiting for
+    VALRDY (stale bytes), and on the host for a byte source with bit 0 set 60% of the time."""
+    profile = BOARDS["qemu-microbit"]
+    deploy(board.repl, profile, plan(profile, resolve_sources(["mbrng"])), log=board.log.append)
+    board.repl.soft_reset()
+    good = _board_bytes(board.repl, "mbrng.getrandbits(8)")
+    assert len(good) == RNG_BYTES
+    p_bytes, p_pairs = _rng_pvalues(good)
+    assert p_bytes > RNG_ALPHA and p_pairs > RNG_ALPHA, (p_bytes, p_pairs)
+    board.repl.soft_reset()
+    stale = _board_bytes(board.repl, "mbrng.HW[0][0x4000D508]")
+    assert min(_rng_pvalues(stale)) < RNG_ALPHA
+    import random
+    gen = random.Random(3)
+    biased = bytes((gen.getrandbits(8) & 0xFE) | (gen.random() < 0.6) for _ in range(RNG_BYTES))
+    assert _rng_pvalues(biased)[0] < RNG_ALPHA

@@ -74,11 +74,22 @@ BAD = (
     (_with(window_records=0), UNIX, "window_records"),
     (_with(window_cap="0.5"), UNIX, "window_cap"),        # below 2 x 0.5 per record
     (_with(window_cap=_DROP), UNIX, "window_cap"),
+    (_with(lifetime_cap="0.5"), UNIX, "lifetime_cap"),    # below one record
+    (_with(lifetime_cap=5), UNIX, "lifetime_cap"),        # a number, not a decimal string
+    # a clock that restarts at boot would reopen a time window's budget
+    (_with(window_records=_DROP, window_seconds=60, broker_password=_DROP, stimulus=_DROP),
+     pico.PROFILE, "window_seconds"),
+    (_with(window_records=_DROP, window_seconds=60, wifi_ssid="x"), esp32.PROFILE, "window_seconds"),
     (_with(broker_host=""), UNIX, "broker_host"),
     (_with(broker_port=0), UNIX, "broker_port"),
     (_with(broker_port=65536), UNIX, "broker_port"),
     (_with(broker_password=_DROP), UNIX, "broker_password"),
     (_with(broker_tls="yes"), UNIX, "broker_tls"),
+    (_with(broker_tls=True), UNIX, "broker_ca"),          # TLS that checks nobody: refused
+    (_with(broker_tls=True, broker_tls_insecure="yes"), UNIX, "broker_tls_insecure"),
+    (_with(broker_tls_insecure=True), UNIX, "broker_tls_insecure"),      # without TLS
+    (_with(broker_tls=True, broker_ca="ca.der", broker_tls_insecure=True), UNIX,
+     "broker_tls_insecure"),
     (_with(keepalive=1), UNIX, "keepalive"),
     (_with(ring_records=1), UNIX, "ring_records"),
     (_with(ring_bytes=100), UNIX, "ring_bytes"),
@@ -128,8 +139,13 @@ def test_valid_config_gets_exact_fractions_and_defaults():
     assert (c["config_id"], c["keepalive"], c["period_ms"]) == (0, 60, 1000)
     assert (c["window_records"], c["window_seconds"]) == (100, 0)
     assert c["ring_path"] == "ring.bin" and c["broker_ca"] is None
-    assert validate(_with(broker_tls=True), UNIX)["broker_port"] == 8883
+    assert c["broker_tls_insecure"] is False
+    assert validate(_with(broker_tls=True, broker_ca="ca.der"), UNIX)["broker_port"] == 8883
+    # The switch that lets TLS go without a CA is named, and kept for the boot line.
+    assert validate(_with(broker_tls=True, broker_tls_insecure=True), UNIX)["broker_tls_insecure"] is True
     assert validate(_with(window_records=_DROP, window_seconds=60), UNIX)["window_seconds"] == 60
+    assert c["lifetime_cap"] == (10000, 1)                # 1000 windows' caps by default
+    assert validate(_with(lifetime_cap="2.5"), UNIX)["lifetime_cap"] == (5, 2)
 
 
 def test_serial_boards_need_no_broker():

@@ -1,7 +1,8 @@
 """firmware/ledger.py: exact epsilon arithmetic, window caps, persistence across resets."""
 from tests.portable import fwutil
 from tests.portable.util import raises
-from ledger import CAPPED, OK, WITHHELD, Ledger, frac_text
+from ledger import CAPPED, CLOCK, DAMAGED, LIFETIME, OK, STOPPED, WITHHELD, Ledger, frac_text, provision
+from shared_protocol.ledgerfile import SLOT_SIZE
 from shared_protocol.fixedpoint import Affine, parse_decimal
 from shared_protocol.mechanism import Column, RecordMechanism
 from shared_protocol.rng import XorShift32
@@ -53,6 +54,7 @@ def test_window_of_seconds_follows_the_clock():
 
 def test_spend_survives_a_reset_within_the_window():
     p = fwutil.scratch("ledger")
+    provision(p)
     led = Ledger((1, 4), (1, 1), window_records=10, path=p)
     assert _codes(led, 3) == [OK] * 3
     led.close()                              # (a kill -9 leaves the same file: saved per spend)
@@ -65,6 +67,7 @@ def test_spend_survives_a_reset_within_the_window():
 
 def test_a_new_window_after_the_reset_starts_fresh():
     p = fwutil.scratch("ledger2")
+    provision(p)
     led = Ledger((1, 4), (1, 1), window_records=4, path=p)
     assert _codes(led, 4) == [OK] * 4        # reads 0..3 = all of window 0
     led.close()
@@ -76,6 +79,7 @@ def test_a_new_window_after_the_reset_starts_fresh():
 
 def test_reprovisioned_units_round_the_spend_up():
     p = fwutil.scratch("ledger3")
+    provision(p)
     led = Ledger((1, 3), (1, 1), window_records=100, path=p)     # units of 1/3
     assert led.charge() == OK
     led.close()
@@ -96,3 +100,106 @@ def test_frac_text():
     assert frac_text(6, 4) == "3/2"
     assert frac_text(4, 2) == "2"
     assert frac_text(0, 5) == "0"
+
+
+# -- failing closed ------------------------------------------------------------------------
+
+def _spend(p, n, **kw):
+    led = Ledger((1, 4), (1, 1), window_records=kw.pop("window_records", 1000), path=p, **kw)
+    codes = _codes(led, n)
+    led.close()
+    return codes
+
+
+def _flip(p, offset):
+    f = open(p, "r+b")
+    f.seek(offset)
+    b = f.read(1)
+    f.seek(offset)
+    f.write(bytes([b[0] ^ 0x01]))
+    f.close()
+
+
+def test_a_missing_ledger_releases_nothing_until_provisioned():
+    p = fwutil.scratch("ledger-missing")
+    led = Ledger((1, 4), (1, 1), window_records=10, path=p)
+    assert led.damaged == DAMAGED and led.state() == DAMAGED
+    assert _codes(led, 3) == [STOPPED, WITHHELD, WITHHELD]
+    provision(p)
+    assert _spend(p, 1) == [OK]
+    fwutil.remove(p)
+
+
+def test_one_damaged_byte_in_every_place_of_both_slots_stops_releases():
+    # Each byte of the file, flipped in turn with both slots written, must not give a
+    # budget back: either the other slot is used (one record charged more) or nothing is
+    # released. The issue's attack: 10 releases against a cap of 1 (4 records) after one byte.
+    p = fwutil.scratch("ledger-flip")
+    for off in range(0, 2 * SLOT_SIZE, 7):
+        provision(p)
+        assert _spend(p, 3) == [OK, OK, OK]              # 3 of the window's 4 records spent
+        _flip(p, off)
+        led = Ledger((1, 4), (1, 1), window_records=1000, path=p)
+        assert _codes(led, 10).count(OK) <= 1, off        # at most the one record left
+    fwutil.remove(p)
+
+
+def test_both_slots_damaged_stops_releases():
+    p = fwutil.scratch("ledger-both")
+    provision(p)
+    assert _spend(p, 2) == [OK, OK]
+    _flip(p, 5)
+    _flip(p, SLOT_SIZE + 5)
+    assert _spend(p, 3) == [STOPPED, WITHHELD, WITHHELD]
+    fwutil.remove(p)
+
+
+def test_a_torn_newest_slot_is_replaced_by_the_older_one_plus_a_record():
+    p = fwutil.scratch("ledger-torn")
+    provision(p)
+    assert _spend(p, 2) == [OK, OK]                      # counter 2: slot 0 newest
+    f = open(p, "r+b")
+    f.write(bytes(SLOT_SIZE // 2))                       # a reset half-way through its write
+    f.close()
+    led = Ledger((1, 4), (1, 1), window_records=1000, path=p)
+    assert (led.spent, led.total, led.reads) == (2, 2, 2)   # slot 1 said 1; plus one record
+    assert led.state() == "ok"
+    assert _codes(led, 3) == [OK, OK, CAPPED]
+    fwutil.remove(p)
+
+
+def test_the_lifetime_cap_is_persisted_and_stops_releases():
+    p = fwutil.scratch("ledger-life")
+    provision(p)
+    kw = {"window_records": 4, "lifetime": (1, 1)}       # 4 records in all, 4 per window
+    assert _spend(p, 3, **kw) == [OK, OK, OK]
+    led = Ledger((1, 4), (1, 1), path=p, **kw)
+    assert led.total_text() == "3/4" and led.lifetime_text() == "1"
+    assert _codes(led, 6) == [OK, STOPPED, WITHHELD, WITHHELD, WITHHELD, WITHHELD]
+    assert led.state() == LIFETIME and led.total_text() == "1"
+    led.close()
+    assert _spend(p, 2, **kw) == [STOPPED, WITHHELD]     # a reset does not reopen it
+    provision(p)
+    assert _spend(p, 1, **kw) == [OK]
+    fwutil.remove(p)
+
+
+def test_a_clock_that_steps_back_or_restarts_releases_nothing_until_it_is_past_the_ledger():
+    p = fwutil.scratch("ledger-clock")
+    provision(p)
+    clock = fwutil.FakeClock(1000000 * 1000)             # time() = 1000000 s
+    kw = {"window_seconds": 60, "clock": clock}
+    led = Ledger((1, 2), (1, 1), path=p, **kw)
+    assert _codes(led, 3) == [OK, OK, CAPPED]
+    clock.ms -= 60 * 1000                                # stepped back a whole window
+    assert _codes(led, 2) == [STOPPED, WITHHELD]
+    assert led.state() == CLOCK
+    led.close()
+    clock.ms = 0                                         # a reset: the clock starts again at 0
+    led = Ledger((1, 2), (1, 1), path=p, **kw)
+    assert _codes(led, 2) == [STOPPED, WITHHELD]
+    clock.ms = 1000000 * 1000 + 60 * 1000                # past the ledger, the next window
+    assert _codes(led, 3) == [OK, OK, CAPPED]
+    assert led.state() == "ok"
+    led.close()
+    fwutil.remove(p)

@@ -132,3 +132,10 @@ def test_a_silent_broker_times_out_instead_of_hanging():
     e = raises(OSError, c.connect, fwutil.FakeSock(b"\x20"))       # half a CONNACK, then nothing
     assert "timed out" in str(e)
     assert 5000 <= clock.ms <= 5002
+
+
+def test_tls_without_a_ca_is_refused_before_any_connection():
+    # Port 9 on a name that cannot resolve: reaching the network at all would raise another error.
+    from mqtt import open_socket
+    e = raises(MQTTError, open_socket, "broker.invalid", 9, True, None)
+    assert "no CA certificate" in str(e), e

@@ -2,8 +2,10 @@
 from tests.portable import fwutil
 from ring import Ring
 from seriallink import ACKS, DRAIN, POLL_MS, QUIET, SerialLink, token_hex
+from shared_protocol import __version__
 from shared_protocol.config import validate
 from app import App
+from ledger import provision
 from boards import pico
 
 POLL = b"!12"     # the poll line of a board with room for 12 acknowledgements (docs/protocol.md 2.1)
@@ -256,6 +258,10 @@ def _pico_cfg(name, rows):
 
 
 def _run_app(cfg, answer):
+    try:
+        open(cfg["ledger_path"]).close()      # a second boot keeps its ledger
+    except OSError:
+        provision(cfg["ledger_path"])
     logs = []
     con = Console(answer)
     app = App(cfg, pico.PROFILE, logs.append, (con.write, con.read), fwutil.FakeClock(1000))
@@ -271,8 +277,10 @@ def test_the_pico_firmware_keeps_each_record_until_the_gateway_acknowledges_it()
     app, logs, con = _run_app(cfg, gw)
     boot = logs[0]
     assert boot.startswith("boot ok: board=pico device=7 boot=%d entropy=" % app.boot_id), boot
-    assert boot.endswith(" eps_record=1 pending=0 dropped=0 sensor=stimulus"), boot
+    assert boot.endswith(" eps_record=1 pending=0 dropped=0 version=%s sensor=stimulus"
+                         % __version__), boot
     assert logs[1].startswith('status: {"event":"boot"') and logs[1].endswith(',"sensor":"stimulus"}')
+    assert ',"version":"%s",' % __version__ in logs[1], logs[1]
     assert logs[-1] == "idle: all 3 records acknowledged (0 resent)", logs
     assert logs[-2].startswith("stimulus done: 3 readings, 3 released, ")
     assert gw.records == 3 and app.ring.pending == 0
@@ -292,7 +300,7 @@ def test_unacknowledged_records_are_kept_and_resent_identically_at_the_next_boot
     cfg2["stimulus"] = [[9, 9]]
     gw2 = AckAll()
     app2, logs2, con2 = _run_app(cfg2, gw2)
-    assert " pending=3 dropped=0 sensor=stimulus" in logs2[0]
+    assert " pending=3 dropped=0 " in logs2[0]
     assert '"pending":3' in logs2[1]
     assert [x for x in con2.lines() if x[:1] == b"~"][:6] == sent     # never re-perturbed
     assert logs2[-1] == "idle: all 1 records acknowledged (3 resent)", logs2

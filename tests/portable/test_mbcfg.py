@@ -1,6 +1,6 @@
 """firmware/mbcfg.py: the micro:bit reads config.txt and names the key of every error.
 
-The good config is hil_tests/test_boot.py's, as tools/microbit.microbit_config_text
+The good config is hil_tests/test_boot.py's, as tools/provision.microbit_config_text
 writes it for the qemu rig's provisioning dict; BAD starts with that file's BAD table in
 the text format. tests/unit/test_mbcfg_host.py checks on CPython that the writer plus
 this loader give node_call's arguments, and that both refuse the same configs.
@@ -164,12 +164,35 @@ def test_blank_comment_and_spaced_lines_are_fine():
     assert out == [] and got == WANT
 
 
-def test_whole_domain_epsilon():
-    import mbstate
-    # 1/2 x 2e8/20 + 1/2 x 2e8/30, reduced
-    assert mbstate.worst(WANT[2], WANT[3]) == (25000000, 3)
-    # a domain narrower than delta_q costs the column's epsilon; a negative scale counts too
-    assert mbstate.worst([(1, 1, 0, 0, 10, 25), (-2, 1, 0, 0, 100, 50)], (1, 4)) == (5, 4)
+def test_decimals_are_parse_decimal_on_every_class():
+    from shared_protocol.fixedpoint import parse_decimal
+    texts = ("2", "10", "007",                              # whole, leading zeros
+             ".5", "0.5", "00.50", "3.30", "2.50", "1.000",  # fractions, trailing zeros
+             "0.1", "0.25", "0.000001", "123456789.123456789",  # irreducible, tiny, long
+             "0", "0.0", ".0", "000",                        # zero
+             "", ".", "5.", "1.2.3", "-1", "+1", "1e-3", "0x10", "1_0", "1,5", "a", " 1", "1 ",
+             1, 0.5, None, ["1"])                            # not strings
+    accepted = 0
+    for t in texts:
+        try:
+            want = parse_decimal(t)
+        except ValueError:
+            want = None
+        try:
+            got = mbcfg._d({"epsilon": t}, "epsilon")
+        except mbcfg._E:
+            got = None
+        assert got == want, (t, got, want)
+        accepted += want is not None
+    assert 0 < accepted < len(texts)
+
+
+def test_keys_the_checker_does_not_take_are_unknown_to_it():
+    from shared_protocol.config import KEYS
+    assert [k for k in mbcfg._K if k not in KEYS] == []
+    for k in KEYS:
+        if k not in mbcfg._K:
+            assert _error(_text(GOOD) + "%s=1\n" % k) == "%s: unknown key" % k, k
 
 
 def test_columns_in_any_order_and_one_column():

@@ -2,8 +2,8 @@
 import os
 import sys
 
+from shared_protocol import __version__
 from shared_protocol.fixedpoint import Affine
-from shared_protocol.framing import frame, unframe
 from shared_protocol.mechanism import Column, RecordMechanism
 from shared_protocol.rng import XorShift32
 
@@ -14,8 +14,9 @@ from ledger import OK, Ledger  # noqa: E402
 from tests.portable.fwutil import scratch  # noqa: E402
 
 import mbio  # noqa: E402
+import mbrng  # noqa: E402
+from tests.portable.util import raises  # noqa: E402
 import mbstate  # noqa: E402
-import mbutil  # noqa: E402
 
 mbio.POLL = mbio.PAUSE = 5      # ms: keeps the waits for a silent gateway short here
 
@@ -129,6 +130,13 @@ def _events(text, name):
     return out
 
 
+def _boot_fields(text):
+    """The fields of the node's ``#boot`` event line (the gateway's EVENTS["boot"], 13)."""
+    line = bytes(text).split(b"\n")[0].split()
+    assert line[0] == b"#boot" and len(line) == 14, line
+    return line[1:]
+
+
 def _kept(d):
     return sorted([n for n in os.listdir(d) if len(n) == 10])
 
@@ -149,25 +157,19 @@ def _check(seed, cols, eps, centre, rows, dev=7, cfg_id=3, win=10 ** 6, cap=(10 
     assert _frames(uart.out) == want
     text = bytes(uart.out)
     released = want.count(b"\n") // 2
-    assert text.startswith(bytes("#boot microbit getrandbits %d %d " % (dev, boot), "ascii"))
+    assert text.startswith(bytes("#boot microbit prng_no_dp %d %d " % (dev, boot), "ascii"))
+    assert _boot_fields(text)[-1] == bytes(__version__, "ascii")
     assert [e[:2] for e in _events(text, b"done")] == [[len(rows), released]]
     assert text.count(b"?\n") == len(rows) + 1
     assert _events(text, b"idle") == [[released, 0, 0]]            # all acknowledged, 0 resent
     return text
 
 
-def test_frame_matches_framing():
-    for p in (b"\x00", b"\xff" * 128, bytes(range(40))):
-        assert bytes(mbutil.frame(p)) == frame(p)
-        assert unframe(bytes(mbutil.frame(p))) == p
-
-
-def test_norm_matches_rounded_distance():
-    from shared_protocol.distance import distance_q
-    for v in ([0, 0], [3, 4], [1, 1], [2, 3], [10 ** 9, -10 ** 9], [7]):
-        c = [0] * len(v)
-        assert mbutil.norm(v, c) == distance_q(v, c)
-        assert mbutil.norm(v, [1] * len(v)) == distance_q(v, [1] * len(v))
+def test_boot_event_ends_with_the_project_version():
+    # the version is shared_protocol's, with no space in it (the gateway splits on spaces)
+    text = _check(6, [(1, 1, 0, -10, 10, 3)], (1, 1), [0], [[1]])
+    assert _boot_fields(text)[-1] == bytes(__version__, "ascii")
+    assert len(__version__.split()) == 1
 
 
 def test_two_columns_match_node_byte_for_byte():
@@ -187,7 +189,7 @@ def test_no_rows_sends_nothing():
     _check(2, [(1, 1, 0, 0, 10, 5)], (1, 1), [0], [])
 
 
-def test_ledger_withholds_at_the_window_cap_like_ledger_py():
+def test_ledger_withholds_at_the_window_cap_and_says_so():
     # one column at epsilon 1/4, cap 1 per window of 10 readings: 4 released, 6 withheld
     text = _check(3, [(1, 1, 0, -100, 100, 20)], (1, 4), [0], [[i] for i in range(30)],
                   win=10, cap=(1, 1))
@@ -197,11 +199,6 @@ def test_ledger_withholds_at_the_window_cap_like_ledger_py():
     # window, spent, cap, unit, epsilon per record, released so far (in quarters)
     assert _events(text, b"cap") == [[w, 4, 4, 4, 1, 4 * (w + 1)] for w in range(3)]
     assert _events(text, b"done")[0][:2] == [30, 12]
-
-
-def test_ledger_with_fractional_cap_and_two_columns():
-    cols = [(1, 1, 0, -100, 100, 20), (1, 1, 0, -100, 100, 30)]
-    _check(8, cols, (3, 10), [0, 0], [[i, -i] for i in range(25)], win=7, cap=(17, 10))
 
 
 COLS = [(1, 1, 0, -5000, 5000, 25), (1, 1, 0, -5000, 5000, 25)]
@@ -279,3 +276,68 @@ def test_acknowledgements_that_match_nothing_are_ignored():
     assert mbio.acked(d, ln, 17) == 0            # twice: a resend was acknowledged again
     assert mbio.acked(d, bytearray(b"!zz"), 3) == 0
     assert _kept(d) == []
+
+
+# -- entropy: mbrng, the nRF51's RNG read through a fake peripheral ----------------------------------------------------
+
+class _Mem:
+    """machine.mem8 / mem32 over a fake RNG peripheral: VALUE gives ``source()``'s bytes."""
+
+    def __init__(self, source):
+        self.source = source
+        self.regs = {}
+
+    def __getitem__(self, addr):
+        if addr == 0x4000D100:          # EVENTS_VALRDY
+            return 1
+        if addr == 0x4000D508:          # VALUE
+            return self.source()
+        return self.regs.get(addr, 0)
+
+    def __setitem__(self, addr, v):
+        self.regs[addr] = v
+
+
+def _with_rng(source):
+    mem = _Mem(source)
+    mbrng.HW[0] = mem
+    mbrng.HW[1] = mem
+    mbrng.HW[2] = -1
+    mbrng.HW[3] = 0
+    return mem
+
+
+def test_hardware_getrandbits_takes_whole_bytes_top_bits_first():
+    seq = [0xA5, 0x3C, 0xFF, 0x01, 0x80]
+    it = [0]
+
+    def src():
+        it[0] += 1
+        return seq[(it[0] - 1) % len(seq)]
+    _with_rng(src)
+    assert mbrng.getrandbits(8) == 0xA5
+    assert mbrng.getrandbits(4) == 0x3C >> 4
+    assert mbrng.getrandbits(16) == 0xFF01
+    assert mbrng.getrandbits(1) == 1                 # 0x80's top bit
+    it[0] = 0
+    assert mbrng.getrandbits(30) == (0xA53CFF << 6) | (0x01 >> 2)
+
+
+def test_a_stuck_rng_fails_the_repetition_count_test():
+    x = XorShift32(9)
+    _with_rng(lambda: x.getrandbits(8))
+    for _ in range(4096):
+        mbrng.getrandbits(8)                         # a good source passes
+    _with_rng(lambda: 0x5A)
+    raises(OSError, lambda: [mbrng.getrandbits(8) for _ in range(6)])
+
+
+class _Silent(_Mem):
+    def __getitem__(self, addr):
+        return 0                                      # VALRDY never set
+
+
+def test_a_silent_rng_is_an_error_not_a_hang():
+    _with_rng(lambda: 7)
+    mbrng.HW[1] = _Silent(None)
+    raises(OSError, mbrng.getrandbits, 8)

@@ -12,6 +12,8 @@ import pytest
 
 from dpsense.tools import flash
 from dpsense.tools import provision as pv
+from dpsense.tools.deploy import micropython_binary
+from dpsense.tools.rawrepl import ReplError
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -81,7 +83,7 @@ def test_esp32_runs_esptool_write_flash_at_0x1000(image, monkeypatch) -> None:
                    run=lambda cmd: calls.append(cmd) or SimpleNamespace(returncode=0))
     assert calls[0][1:] == ["-m", "esptool", "--port", "/dev/ttyUSB0", "write_flash", "-z",
                             "0x1000", str(img)]
-    with pytest.raises(flash.ReplError, match="esptool failed"):
+    with pytest.raises(ReplError, match="esptool failed"):
         pv.flash_image("esp32", str(img), "/dev/ttyUSB0", log=lambda s: None,
                        run=lambda cmd: SimpleNamespace(returncode=2))
 
@@ -137,7 +139,7 @@ def test_board_commands_need_a_port(capsys) -> None:
 
 def test_mqtt_board_config_gets_identity_and_password() -> None:
     base = dict(pv.DEMO_CONFIG, wifi_ssid="lab", wifi_password="pw")
-    cfg = pv.build_config("esp32", base, 7, "secret", "192.168.1.20", 1883)
+    cfg = pv.build_config("esp32", base, 7, "secret", "192.168.1.20", 8883, tls_ca=True)
     assert cfg["device_id"] == 7 and cfg["broker_user"] == "d7"
     assert cfg["broker_password"] == "secret" and cfg["broker_host"] == "192.168.1.20"
 
@@ -152,10 +154,10 @@ def test_mqtt_board_config_gets_identity_and_password() -> None:
 ])
 def test_config_errors_name_the_key(board, base, key) -> None:
     if key is None:
-        pv.build_config(board, base, 7, "pw", "10.0.0.2")
+        pv.build_config(board, base, 7, "pw", "10.0.0.2", 8883, tls_ca=True)
         return
     with pytest.raises(pv.ProvisionError, match=r"\b%s\b" % key):
-        pv.build_config(board, base, 7, "pw", "10.0.0.2")
+        pv.build_config(board, base, 7, "pw", "10.0.0.2", 8883, tls_ca=True)
 
 
 def test_networked_board_refuses_a_loopback_broker() -> None:
@@ -199,7 +201,7 @@ needs_tools = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
 @needs_tools
 def test_all_on_the_unix_port_then_verify_finds_a_changed_file(tmp_path, capsys) -> None:
     try:
-        flash.micropython_binary()
+        micropython_binary()
     except RuntimeError as e:
         pytest.skip(str(e))
     conf = tmp_path / "unix.json"
@@ -213,7 +215,10 @@ def test_all_on_the_unix_port_then_verify_finds_a_changed_file(tmp_path, capsys)
         assert step in out
     assert "MISMATCH" not in out and "config.json" in out and "sha256 matches" in out
     cfg = json.loads((board / "config.json").read_text())
-    assert cfg["broker_password"] == (data / "broker" / "credentials" / "d7").read_text().strip()
+    # The password is in the board's config only (0600): the broker keeps no copy in clear.
+    assert len(cfg["broker_password"]) >= 20 and not (data / "broker" / "credentials").exists()
+    assert (board / "config.json").stat().st_mode & 0o077 == 0
+    assert not [p for p in data.rglob("*") if p.is_file() and cfg["broker_password"].encode() in p.read_bytes()]
     # the unix port imports mpy-cross's output: modules as .mpy, main.py a source
     assert (board / "boards" / "unix.mpy").is_file() and (board / "main.py").is_file()
     rc, out, err = run(capsys, "verify", "--board", "unix", "--port", str(board),
@@ -230,8 +235,30 @@ def test_all_on_the_unix_port_then_verify_finds_a_changed_file(tmp_path, capsys)
 @needs_tools
 def test_provisioning_keeps_the_brokers_listener(tmp_path) -> None:
     from dpsense.cloud.broker import Broker
-    Broker(tmp_path, port=18884, host="0.0.0.0").write_config()
-    pw = pv.add_device_account(tmp_path, 12, 1883)
+    from dpsense.cloud.tls import ServerFiles
+    Broker(tmp_path, port=18884, host="0.0.0.0", tls=ServerFiles(tmp_path / "s.pem", tmp_path / "s.key")).write_config()
+    pw = pv.add_device_account(tmp_path, 12)
     conf = (tmp_path / "broker" / "mosquitto.conf").read_text()
-    assert "listener 18884 0.0.0.0" in conf
-    assert (tmp_path / "broker" / "credentials" / "d12").read_text() == pw
+    assert "listener 18884 0.0.0.0" in conf and "certfile %s" % (tmp_path / "s.pem") in conf
+    assert "d12:$7$" in (tmp_path / "broker" / "passwd").read_text() and pw not in conf
+
+
+@needs_tools
+def test_provision_puts_the_brokers_ca_on_an_mqtt_board_as_der(tmp_path, capsys) -> None:
+    """--broker-ca (PEM here) becomes ca.der on the board; the config speaks TLS to port 8883
+    and names it; a broker off loopback without a CA is refused before anything is written."""
+    from dpsense.cloud import tls
+    ca = tls.make_ca(tmp_path / "pki")
+    board = tmp_path / "board"
+    conf = tmp_path / "unix.json"
+    conf.write_text(json.dumps(dict(pv.DEMO_CONFIG, stimulus="readings.txt")))
+    rc, out, err = run(capsys, "provision", "--board", "unix", "--port", str(board), "--device-id", "7",
+                       "--config-json", str(conf), "--data-dir", str(tmp_path / "data"),
+                       "--broker-ca", str(ca.pem), "--broker-host", "localhost")
+    assert rc == 0, err
+    cfg = json.loads((board / "config.json").read_text())
+    assert (cfg["broker_tls"], cfg["broker_ca"], cfg["broker_port"]) == (True, "ca.der", 8883)
+    assert (board / "ca.der").read_bytes() == ca.der.read_bytes()
+    with pytest.raises(pv.ProvisionError, match="broker_host: 192.168.1.20 is off loopback"):
+        pv.build_config("esp32", dict(pv.DEMO_CONFIG, wifi_ssid="x", wifi_password=""), 7, "pw",
+                        "192.168.1.20", 1883)

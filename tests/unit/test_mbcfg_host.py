@@ -1,4 +1,4 @@
-"""tools/microbit.microbit_config_text + firmware/mbcfg.load == node_call, and the board
+"""tools/provision.microbit_config_text + firmware/mbcfg.load == node_call, and the board
 refuses what firmware/config.py (or build_config for the micro:bit) refuses, naming the same key."""
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ if str(ROOT / "firmware") not in sys.path:
     sys.path.insert(0, str(ROOT / "firmware"))
 
 import mbcfg  # noqa: E402
-import mbstate  # noqa: E402
 from firmware.boards import microbit  # noqa: E402
 from dpsense.protocol.config import ConfigError, validate  # noqa: E402
 from hil_tests import test_boot  # noqa: E402
 from hil_tests.helpers import column  # noqa: E402
 from tests.portable import test_mbcfg as portable  # noqa: E402
-from dpsense.tools.microbit import microbit_config_text  # noqa: E402
-from dpsense.tools.provision import DEMO_CONFIG, ProvisionError, build_config, node_call  # noqa: E402
+from dpsense.tools.provision import (DEMO_CONFIG, ProvisionError, build_config,  # noqa: E402
+                                     microbit_config_text, node_call)
+from dpsense.tools.microbit import worst_epsilon  # noqa: E402
 
 # The micro:bit's profile plus the gateway's broker keys (checked, as config.py does for
 # boards with MQTT): what the board's own checks mirror.
@@ -102,11 +102,13 @@ def test_board_gets_exactly_the_node_call_arguments(cfg, tmp_path):
     got, out = _board(cfg, tmp_path)
     assert out == []
     assert got == _call_args(cfg)
-    assert mbstate.worst(got[2], got[3]) == _worst(cfg)
+    # what provisioning adds to the board's own reading of its config is what the full
+    # firmware works out from the JSON config
+    assert worst_epsilon(got) == _worst(cfg)
 
 
 def _worst(cfg):
-    """The full firmware's whole-domain epsilon of a record, for the same config."""
+    """The full firmware's whole-domain epsilon of a record, for the same config dict."""
     from dpsense.protocol.fixedpoint import Affine, parse_decimal
     from dpsense.protocol.mechanism import Column, RecordMechanism
     from dpsense.protocol.rng import XorShift32
@@ -114,6 +116,15 @@ def _worst(cfg):
     cols = [Column(Affine(c["num"], c["den"], c.get("offset", 0), c["raw_min"], c["raw_max"]),
                    c["delta_q"], eps) for c in cfg["columns"]]
     return RecordMechanism(cols, list(cfg["centre"]), XorShift32(1)).epsilon_row_worst()
+
+
+def test_whole_domain_epsilon_by_hand():
+    # 1/2 x 2e8/20 + 1/2 x 2e8/30, reduced
+    assert worst_epsilon(portable.WANT) == (25000000, 3)
+    # a domain narrower than delta_q costs the column's epsilon (10 < 25: 1/4); a negative
+    # scale counts by its width (200 quanta over 50: 4 x 1/4)
+    args = (7, 0, [(1, 1, 0, 0, 10, 25), (-2, 1, 0, 0, 100, 50)], (1, 4), [0, 0], 5, (2, 1))
+    assert worst_epsilon(args) == (5, 4)
 
 
 def test_text_keeps_the_secret_and_host_keys_off_the_board():

@@ -1,10 +1,9 @@
-# Stand-in board (tools/ptyboard.py): the script each child runs under ``micropython -i``.
-# It puts the board's folder first on the module path (running a script puts the
-# script's own folder there), says the interpreter is up (the stand-in hides that
-# marker), then runs boot.py and main.py in __main__'s globals as a board does, each
-# ending like a board's: a traceback, then the REPL.
+# Stand-in board (tools/ptyboard.py): what each child runs under ``micropython -i -c``,
+# in __main__'s globals, with the module path MICROPYPATH gives (the board's folder first).
+# It says the interpreter is up (the stand-in hides that marker), then runs boot.py and
+# main.py in those globals as a board does, each ending like a board's: a traceback, then
+# the REPL.
 import sys as _pb_sys
-_pb_sys.path[0] = ''
 _pb_sys.argv.clear()
 _pb_sys.stdout.write('\x1b]ptyboard-ready\x07')   # tools/ptyboard.py _READY
 

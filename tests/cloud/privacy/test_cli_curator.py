@@ -33,10 +33,10 @@ def test_default_db_is_in_the_data_dir(tmp_path, capsys, monkeypatch):
 def test_errors(tmp_path, capsys):
     db = str(tmp_path / "b.db")
     rc, _, err = run(capsys, "curator", "budget", "show", "--db", db)
-    assert rc == 1 and "no budget database" in err
+    assert rc == 2 and "no budget database" in err
     run(capsys, "curator", "budget", "set", "--dataset", "s", "--epsilon", "1", "--db", db)
     rc, _, err = run(capsys, "curator", "budget", "reset", "--dataset", "nope", "--db", db)
-    assert rc == 1 and "no budget" in err
+    assert rc == 2 and "no budget" in err
     rc, _, err = run(capsys, "curator", "budget", "set", "--dataset", "s", "--epsilon", "-1", "--db", db)
     assert rc == 2 and "epsilon" in err
     rc, _, err = run(capsys, "curator", "budget", "set", "--dataset", "s", "--epsilon", "1", "--delta", "1",

@@ -156,3 +156,36 @@ def test_pitfall_4_8_on_a_synthetic_1_instance():
 def test_bad_arguments(kwargs, exc):
     with pytest.raises(exc):
         smooth_sensitivity(**kwargs)
+
+
+lattice_sets = st.tuples(
+    st.integers(1, 2),
+    st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), min_size=1, max_size=45),
+    st.sampled_from([0.5, 1.0, 1 / math.sqrt(2), math.sqrt(2.5), 2.0]),
+    st.integers(1, 4),
+)
+
+
+@pytest.mark.parametrize("accumulate", ["histogram", "sort"])
+def test_pruned_path_equals_the_dense_path(accumulate, monkeypatch):
+    """The path for large N (KD-tree pairs, blocks, histogram or sort) gives the dense code's U_t.
+
+    Lattice points at half-unit steps: many duplicates and records exactly on ball
+    boundaries. Blocks of 7 candidates make every block boundary a case.
+    """
+    import dpsense.cloud.privacy.smooth as sm
+
+    @SETTINGS
+    @given(lattice_sets)
+    def check(case):
+        dim, pts, r, k = case
+        a = np.array(pts, dtype=float)[:, :dim] / 2
+        with monkeypatch.context() as m:
+            m.setattr(sm, "_DENSE_MAX", 10**9)
+            dense = sm.local_sensitivity_bounds(a, k, r).tolist()
+        with monkeypatch.context() as m:
+            m.setattr(sm, "_DENSE_MAX", 0)
+            m.setattr(sm, "_SPARSE_CHUNK", 7)
+            m.setattr(sm, "_HIST_FACTOR", 10**9 if accumulate == "histogram" else 0)
+            assert sm.local_sensitivity_bounds(a, k, r).tolist() == dense
+    check()

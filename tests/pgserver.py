@@ -1,9 +1,9 @@
-"""A throw-away PostgreSQL server on loopback, for tests, benchmarks and demos.
+"""A throw-away PostgreSQL server on loopback, for the tests and the benchmarks (not shipped).
 
     with temporary_postgres() as url:                   # postgresql://dpsense:...@127.0.0.1:PORT/postgres
         store = open_analyst_store(create_database(url, "analyst"))
 
-    python -m dpsense.cloud.storage.pgserver                    # prints a URL, serves until Ctrl-C
+    python -m tests.pgserver                            # from the checkout: prints a URL, serves until Ctrl-C
 
 It needs the server binaries of the Debian package ``postgresql`` (``initdb`` and ``pg_ctl`` in
 ``/usr/lib/postgresql/<version>/bin``). The cluster lives in a fresh temporary directory, listens
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from .repository import StorageError
+from dpsense.cloud.storage.repository import StorageError
 
 SEARCH_GLOB = "/usr/lib/postgresql/*/bin"
 START_TIMEOUT_S = 60

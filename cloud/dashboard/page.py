@@ -1,0 +1,412 @@
+"""The dashboard's one page: static HTML, an inline style sheet and an inline script.
+
+The script polls the JSON endpoints and redraws with DOM calls (``textContent``, SVG
+elements), never with ``innerHTML``, so nothing read from the store is parsed as markup.
+The only value the server puts into the HTML, the store's location, is escaped. Both inline
+blocks are allowed by their SHA-256 in the Content-Security-Policy, and nothing else is.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+
+STYLE = """
+body { font: 14px/1.4 "DejaVu Sans", system-ui, sans-serif; margin: 0 auto; max-width: 1180px;
+       padding: 12px 20px; color: #1c2833; background: #fbfcfc; }
+h1 { font-size: 20px; margin: 4px 0; }
+h2 { font-size: 16px; margin: 22px 0 6px; }
+p.about { color: #566573; margin: 2px 0 8px; }
+#status { padding: 4px 8px; border-radius: 3px; background: #eafaf1; color: #1e8449; display: inline-block; }
+#status.error { background: #fdedec; color: #922b21; }
+.tiles { display: flex; flex-wrap: wrap; gap: 8px; margin-top: 10px; }
+.tile { background: #fff; border: 1px solid #d5d8dc; border-radius: 4px; padding: 6px 10px; min-width: 150px; }
+.tile .v { display: block; font-size: 20px; font-weight: bold; }
+.tile .k { color: #566573; font-size: 12px; }
+.tile .v.unknown { font-size: 14px; font-weight: normal; color: #95a5a6; }
+table { border-collapse: collapse; background: #fff; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #d5d8dc; padding: 3px 8px; text-align: right; }
+th { background: #f2f3f4; font-weight: 600; }
+td.text, th.text { text-align: left; }
+#windows tbody tr { cursor: pointer; }
+#windows tbody tr:hover { background: #f4f6f7; }
+#windows tbody tr.chosen { background: #d6eaf8; }
+tr.warn td.note { color: #922b21; }
+.empty { color: #95a5a6; font-style: italic; }
+.row { display: flex; gap: 24px; align-items: flex-start; flex-wrap: wrap; }
+#plot { background: #fff; border: 1px solid #d5d8dc; }
+#plot .axis { stroke: #566573; stroke-width: 1; }
+#plot .grid { stroke: #eaeded; stroke-width: 1; }
+#plot text { font-size: 11px; fill: #1c2833; }
+#plot text.label { font-size: 13px; }
+.pt-other { fill: #bdc3c7; }
+.pt-removed { fill: none; stroke: #7f8c8d; stroke-width: 1.2; }
+.pt-presumed { fill: #c0392b; }
+.pt-added { fill: #e67e22; stroke: #873600; stroke-width: 0.8; }
+ul.legend { list-style: none; padding: 0; margin: 6px 0; }
+ul.legend li { margin: 2px 0; }
+ul.legend svg { vertical-align: middle; margin-right: 6px; }
+#cand-wrap { max-height: 440px; overflow-y: auto; }
+select { font: inherit; }
+"""
+
+SCRIPT = r"""
+"use strict";
+const REFRESH_MS = Math.max(250, Number(document.body.dataset.refresh) * 1000);
+const SVGNS = "http://www.w3.org/2000/svg";
+const PLOT = {w: 720, h: 440, left: 84, right: 16, top: 16, bottom: 58};
+const KINDS = [
+  ["others", "pt-other", 2, "other readings"],
+  ["removed", "pt-removed", 3.5, "presumed, removed as false positive"],
+  ["presumed", "pt-presumed", 3.5, "candidate: presumed outlier, kept"],
+  ["added", "pt-added", 3.5, "candidate: added as false negative"],
+];
+let chosen = null;          // the window the operator picked; null follows the latest
+let latest = null;
+let shown = "";             // what the plot shows now, to redraw only when it changes
+const cache = new Map();    // window -> its candidates (a closed window never changes)
+let xCol = 0, yCol = 1;
+
+function el(tag, attrs, text) {
+  const e = tag.startsWith("svg:") ? document.createElementNS(SVGNS, tag.slice(4)) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  return e;
+}
+const num = (n) => (n === null || n === undefined) ? null : n.toLocaleString("en-US");
+const known = (n) => (n === null || n === undefined) ? "not recorded" : num(n);
+
+function ago(t, now) {
+  if (t === null || t === undefined) return "never";
+  const s = Math.max(0, now - t);
+  if (s < 90) return s.toFixed(0) + " s ago";
+  if (s < 5400) return (s / 60).toFixed(0) + " min ago";
+  if (s < 172800) return (s / 3600).toFixed(1) + " h ago";
+  return (s / 86400).toFixed(1) + " days ago";
+}
+
+async function get(path) {
+  const r = await fetch(path, {cache: "no-store"});
+  const body = await r.json();
+  if (!r.ok) throw new Error(body.error || ("HTTP " + r.status));
+  return body;
+}
+
+function tile(id, value, isKnown) {
+  const v = document.querySelector("#" + id + " .v");
+  v.textContent = value;
+  v.classList.toggle("unknown", !isKnown);
+}
+
+function drawSummary(s) {
+  tile("t-rate", s.rate.toFixed(1) + " /s", true);
+  tile("t-stored", num(s.stored), true);
+  tile("t-ingested", known(s.ingested), s.ingested !== null);
+  tile("t-duplicates", known(s.duplicates), s.duplicates !== null);
+  tile("t-dead", num(s.dead_letters), true);
+  tile("t-gaps", num(s.missing), true);
+  document.querySelector("#t-gaps .k").textContent = "gaps: missing sequence numbers, in " +
+    num(s.boots_with_gaps) + (s.boots_with_gaps === 1 ? " device boot" : " device boots");
+  tile("t-windows", known(s.windows_closed), s.windows_closed !== null);
+  tile("t-failed", known(s.rounds_failed), s.rounds_failed !== null);
+  const last = s.latency ? s.latency.last_s : null;
+  tile("t-latency", last === null ? "none yet" : last.toFixed(2) + " s", last !== null);
+}
+
+function fill(tableId, rows, cols, onRow) {
+  const body = document.querySelector("#" + tableId + " tbody");
+  const frag = document.createDocumentFragment();
+  if (!rows.length) {
+    const tr = el("tr");
+    tr.append(el("td", {colspan: cols.length, class: "empty text"}, "none yet"));
+    frag.append(tr);
+  }
+  for (const r of rows) {
+    const tr = el("tr");
+    for (const [key, fmt, cls] of cols) tr.append(el("td", {"data-col": key, class: cls || ""}, fmt(r)));
+    if (onRow) onRow(tr, r);
+    frag.append(tr);
+  }
+  body.replaceChildren(frag);
+}
+
+function note(w) {
+  const parts = [];
+  if (w.missing_corrections) parts.push(num(w.missing_corrections) + " readings without a correction record");
+  if (w.split_accepted === false) parts.push("split not accepted: candidates uncorrected");
+  return parts.join("; ");
+}
+
+function drawWindows(ws, now) {
+  latest = ws.length ? ws[0].window : null;
+  fill("windows", ws, [
+    ["window", (w) => w.window],
+    ["group", (w) => w.group === null ? "all" : w.group, "text"],
+    ["readings", (w) => num(w.readings)],
+    ["presumed", (w) => num(w.presumed)],
+    ["false_positives", (w) => num(w.false_positives)],
+    ["false_negatives", (w) => num(w.false_negatives)],
+    ["candidates", (w) => num(w.candidates)],
+    ["round_s", (w) => w.round_s === null ? "" : w.round_s.toFixed(2)],
+    ["closed", (w) => ago(w.closed_at, now)],
+    ["note", note, "text note"],
+  ], (tr, w) => {
+    tr.dataset.window = w.window;
+    if (note(w)) tr.classList.add("warn");
+    if (w.window === (chosen === null ? latest : chosen)) tr.classList.add("chosen");
+    tr.addEventListener("click", () => { chosen = (w.window === latest) ? null : w.window; redrawChoice(); });
+  });
+  const pick = document.getElementById("window-pick");
+  const want = ["latest"].concat(ws.map((w) => String(w.window)));
+  if ([...pick.options].map((o) => o.value).join() !== want.join()) {
+    pick.replaceChildren(...want.map((v) => el("option", {value: v},
+      v === "latest" ? "latest" + (latest === null ? "" : " (" + latest + ")") : "window " + v)));
+  }
+  pick.value = chosen === null ? "latest" : String(chosen);
+}
+
+function drawDevices(ds, now) {
+  fill("devices", ds, [
+    ["device", (d) => d.device],
+    ["readings", (d) => num(d.readings)],
+    ["boots", (d) => d.boots],
+    ["missing", (d) => num(d.missing)],
+    ["candidates", (d) => known(d.candidates)],
+    ["last_seen", (d) => ago(d.last_seen, now), "text"],
+  ]);
+}
+
+function niceTicks(lo, hi, want) {
+  const span = hi - lo || 1;
+  const raw = span / want;
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => span / s <= want) || 10 * mag;
+  const ticks = [];
+  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) ticks.push(Math.round(t / step) * step);
+  return ticks;
+}
+
+function extent(vals) {
+  let lo = Math.min(...vals), hi = Math.max(...vals);
+  if (!isFinite(lo)) { lo = 0; hi = 1; }
+  if (lo === hi) { lo -= 1; hi += 1; }
+  const pad = (hi - lo) * 0.05;
+  return [lo - pad, hi + pad];
+}
+
+function columnPickers(columns) {
+  const box = document.getElementById("columns");
+  box.hidden = columns <= 2;
+  if (columns <= 2) return;
+  for (const [id, cur] of [["x-col", xCol], ["y-col", yCol]]) {
+    const s = document.getElementById(id);
+    if (s.options.length !== columns) {
+      s.replaceChildren(...Array.from({length: columns}, (_, i) => el("option", {value: i}, "column " + (i + 1))));
+    }
+    s.value = String(cur);
+  }
+}
+
+function drawPlot(c) {
+  const svg = document.getElementById("plot");
+  const one = c.columns < 2;
+  const xOf = one ? (p) => p.index : (p) => p.values[xCol];
+  const yOf = one ? (p) => p.values[0] : (p) => p.values[yCol];
+  const pts = KINDS.flatMap(([k]) => c[k]);
+  const [x0, x1] = extent(pts.map(xOf));
+  const [y0, y1] = extent(pts.map(yOf));
+  const W = PLOT.w - PLOT.left - PLOT.right, H = PLOT.h - PLOT.top - PLOT.bottom;
+  const sx = (v) => PLOT.left + (v - x0) / (x1 - x0) * W;
+  const sy = (v) => PLOT.top + H - (v - y0) / (y1 - y0) * H;
+  const g = [];
+  for (const t of niceTicks(x0, x1, 7)) {
+    g.push(el("svg:line", {class: "grid", x1: sx(t), x2: sx(t), y1: PLOT.top, y2: PLOT.top + H}));
+    g.push(el("svg:text", {x: sx(t), y: PLOT.top + H + 16, "text-anchor": "middle"}, num(t)));
+  }
+  for (const t of niceTicks(y0, y1, 6)) {
+    g.push(el("svg:line", {class: "grid", x1: PLOT.left, x2: PLOT.left + W, y1: sy(t), y2: sy(t)}));
+    g.push(el("svg:text", {x: PLOT.left - 6, y: sy(t) + 4, "text-anchor": "end"}, num(t)));
+  }
+  g.push(el("svg:line", {class: "axis", x1: PLOT.left, x2: PLOT.left + W, y1: PLOT.top + H, y2: PLOT.top + H}));
+  g.push(el("svg:line", {class: "axis", x1: PLOT.left, x2: PLOT.left, y1: PLOT.top, y2: PLOT.top + H}));
+  const xLabel = one ? "reading in the window (arrival order)" : "column " + (xCol + 1) + ", perturbed value (quanta)";
+  const yLabel = one ? "column 1, perturbed value (quanta)" : "column " + (yCol + 1) + ", perturbed value (quanta)";
+  g.push(el("svg:text", {id: "x-label", class: "label", x: PLOT.left + W / 2, y: PLOT.h - 14,
+                         "text-anchor": "middle"}, xLabel));
+  g.push(el("svg:text", {id: "y-label", class: "label", transform: "rotate(-90)", x: -(PLOT.top + H / 2), y: 18,
+                         "text-anchor": "middle"}, yLabel));
+  for (const [k, cls, r] of KINDS) {
+    for (const p of c[k]) {
+      const dot = el("svg:circle", {class: cls, cx: sx(xOf(p)).toFixed(1), cy: sy(yOf(p)).toFixed(1), r: r});
+      dot.append(el("svg:title", {}, "device " + p.device + ", boot " + p.boot + ", seq " + p.seq +
+                    ": (" + p.values.join(", ") + ")"));
+      g.push(dot);
+    }
+  }
+  svg.replaceChildren(...g);
+  const shownCands = c.presumed.length + c.added.length;
+  document.getElementById("plot-title").textContent = "Window " + c.window + ": " + num(c.candidates) +
+    (c.candidates === 1 ? " candidate" : " candidates") + " among " + num(c.readings) + " readings" +
+    (shownCands < c.candidates ? " (" + num(shownCands) + " plotted)" : "");
+  document.getElementById("plot-title").dataset.candidates = c.candidates;
+  const others = c.readings - c.candidates - c.removed.length;
+  const counts = {others: "sample of " + num(c.others.length) + " of " + num(Math.max(0, others)),
+                  removed: num(c.removed.length), presumed: num(c.presumed.length), added: num(c.added.length)};
+  document.getElementById("legend").replaceChildren(...KINDS.slice().reverse().map(([k, cls, r, label]) => {
+    const sw = el("svg:svg", {width: 12, height: 12});
+    sw.append(el("svg:circle", {class: cls, cx: 6, cy: 6, r: Math.max(r, 3)}));
+    const li = el("li");
+    li.append(sw, document.createTextNode(label + ": " + counts[k]));
+    return li;
+  }));
+  const rows = [];
+  for (const [k, label] of [["presumed", "presumed, kept"], ["added", "added (false negative)"]]) {
+    for (const p of c[k]) rows.push({verdict: label, ...p});
+  }
+  fill("candidates", rows.slice(0, 200), [
+    ["verdict", (p) => p.verdict, "text"],
+    ["device", (p) => p.device],
+    ["boot", (p) => p.boot],
+    ["seq", (p) => p.seq],
+    ["values", (p) => p.values.join(", "), "text"],
+  ]);
+}
+
+async function showWindow() {
+  const w = chosen === null ? latest : chosen;
+  const key = w + ":" + xCol + ":" + yCol;
+  if (w === null) {
+    document.getElementById("plot-title").textContent = "No window has closed yet.";
+    return;
+  }
+  if (key === shown) return;
+  if (!cache.has(w)) cache.set(w, await get("/api/candidates?window=" + w));
+  const c = cache.get(w);
+  if (xCol >= c.columns) xCol = 0;
+  if (yCol >= c.columns) yCol = Math.min(1, c.columns - 1);
+  columnPickers(c.columns);
+  drawPlot(c);
+  shown = w + ":" + xCol + ":" + yCol;
+}
+
+function redrawChoice() {
+  for (const tr of document.querySelectorAll("#windows tbody tr")) {
+    tr.classList.toggle("chosen", tr.dataset.window === String(chosen === null ? latest : chosen));
+  }
+  document.getElementById("window-pick").value = chosen === null ? "latest" : String(chosen);
+  showWindow().catch(fail);
+}
+
+function fail(e) {
+  const st = document.getElementById("status");
+  st.textContent = "cannot read the store: " + e.message + " (retrying)";
+  st.className = "error";
+}
+
+async function tick() {
+  try {
+    const [s, w, d] = await Promise.all([get("/api/summary"), get("/api/windows?limit=20"), get("/api/devices")]);
+    drawSummary(s.summary);
+    drawWindows(w.windows, w.now);
+    drawDevices(d.devices, d.now);
+    await showWindow();
+    const st = document.getElementById("status");
+    st.textContent = "updated " + new Date(s.now * 1000).toLocaleTimeString() + ", every " +
+      (REFRESH_MS / 1000) + " s";
+    st.className = "";
+    document.body.dataset.ready = "1";
+  } catch (e) {
+    fail(e);
+  } finally {
+    setTimeout(tick, REFRESH_MS);
+  }
+}
+
+document.getElementById("window-pick").addEventListener("change", (ev) => {
+  chosen = ev.target.value === "latest" ? null : Number(ev.target.value);
+  redrawChoice();
+});
+for (const [id, set] of [["x-col", (v) => { xCol = v; }], ["y-col", (v) => { yCol = v; }]]) {
+  document.getElementById(id).addEventListener("change", (ev) => { set(Number(ev.target.value)); redrawChoice(); });
+}
+tick();
+"""
+
+_BODY = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>dpsense dashboard</title>
+<style>%(style)s</style>
+</head>
+<body data-refresh="%(refresh)s">
+<h1>dpsense: live view</h1>
+<p class="about">Read-only view of the analyst's store <code>%(store)s</code>. Readings are shown as the
+boards released them: perturbed values in quanta of each column, never raw ones.
+Prometheus metrics: <a href="/metrics">/metrics</a>.</p>
+<div id="status">loading&hellip;</div>
+
+<div class="tiles">
+<div class="tile" id="t-rate"><span class="v"></span><span class="k">ingest rate, readings stored per second
+(last %(rate_window)d s)</span></div>
+<div class="tile" id="t-stored"><span class="v"></span><span class="k">readings stored</span></div>
+<div class="tile" id="t-ingested"><span class="v"></span><span class="k">messages ingested</span></div>
+<div class="tile" id="t-duplicates"><span class="v"></span><span class="k">duplicates ignored</span></div>
+<div class="tile" id="t-dead"><span class="v"></span><span class="k">dead letters</span></div>
+<div class="tile" id="t-gaps"><span class="v"></span><span class="k">gaps: missing sequence numbers</span></div>
+<div class="tile" id="t-windows"><span class="v"></span><span class="k">windows closed</span></div>
+<div class="tile" id="t-failed"><span class="v"></span><span class="k">correction rounds failed</span></div>
+<div class="tile" id="t-latency"><span class="v"></span><span class="k">last correction round</span></div>
+</div>
+
+<h2>Last windows</h2>
+<table id="windows">
+<thead><tr><th>window</th><th class="text">group</th><th>readings</th><th>presumed</th>
+<th>false positives removed</th><th>false negatives added</th><th>candidates</th><th>round (s)</th>
+<th class="text">closed</th><th class="text">note</th></tr></thead>
+<tbody></tbody>
+</table>
+
+<h2>Candidates of a window</h2>
+<p><label>window <select id="window-pick"><option value="latest">latest</option></select></label>
+<span id="columns" hidden> &nbsp; <label>x <select id="x-col"></select></label>
+<label>y <select id="y-col"></select></label></span></p>
+<p id="plot-title">No window has closed yet.</p>
+<div class="row">
+<div><svg id="plot" width="720" height="440" viewBox="0 0 720 440" role="img"
+ aria-label="candidates of the chosen window"></svg>
+<ul class="legend" id="legend"></ul></div>
+<div id="cand-wrap"><table id="candidates">
+<thead><tr><th class="text">verdict</th><th>device</th><th>boot</th><th>seq</th>
+<th class="text">values (quanta)</th></tr></thead>
+<tbody></tbody>
+</table></div>
+</div>
+
+<h2>Devices</h2>
+<table id="devices">
+<thead><tr><th>device</th><th>readings</th><th>boots</th><th>missing sequence numbers</th>
+<th>candidates</th><th class="text">last seen</th></tr></thead>
+<tbody></tbody>
+</table>
+<script>%(script)s</script>
+</body>
+</html>
+"""
+
+
+def render(store: str, refresh_s: float, rate_window_s: int) -> str:
+    """The page; ``store`` (the storage location shown to the operator) is escaped here."""
+    return _BODY % {"style": STYLE, "script": SCRIPT, "store": html.escape(store, quote=True),
+                    "refresh": html.escape("%g" % refresh_s, quote=True), "rate_window": rate_window_s}
+
+
+def content_security_policy() -> str:
+    """Only this page's own inline style and script, and requests to this server."""
+    return ("default-src 'none'; script-src '%s'; style-src '%s'; connect-src 'self'; img-src 'self'; "
+            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'" % (_sha256(SCRIPT), _sha256(STYLE)))
+
+
+def _sha256(text: str) -> str:
+    return "sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii")

@@ -1,0 +1,50 @@
+"""The errors of the cloud side: one base, so that one handler in ``dpsense`` reports them.
+
+    try:
+        store = open_analyst_store(url)
+    except DpsenseError as err:          # StorageError, BrokerError, BudgetError, ...
+        print("dpsense status: %s" % err, file=sys.stderr)
+
+Every message is one line that says what is wrong and, where it can, what to do. Modules
+raise the subclass that names the part that failed; where a library error crosses into
+our code it is translated there, ``raise StorageError(...) from err``. Classes that are
+also ``ValueError`` (or ``ConnectionError``) keep the semantics callers and tests rely on.
+``BudgetError`` (privacy/accountant.py) and the data and demo errors derive from the base
+too.
+"""
+from __future__ import annotations
+
+
+class DpsenseError(Exception):
+    """Base of the errors the ``dpsense`` command reports in one line (exit status 2)."""
+
+
+class UsageError(DpsenseError, ValueError):
+    """A setting or argument value is not acceptable; the text names it."""
+
+
+class StorageError(DpsenseError):
+    """A database could not be opened, read or written; the text says which and why."""
+
+
+class StorageUnavailable(StorageError):
+    """The database is busy, locked or out of reach for now: the same call may succeed later
+    (the ingest retries it). A damaged store or a schema mismatch is a plain StorageError."""
+
+
+class BrokerError(DpsenseError):
+    """The broker could not be configured or started; the text says what to do."""
+
+
+class BrokerUnreachable(BrokerError, ConnectionError):
+    """A service could not open its MQTT session: nothing listens, the broker refused the
+    account, or it did not answer in time."""
+
+
+class RoundError(DpsenseError, ValueError):
+    """A correction round failed: a message that cannot be understood, a refusal by the
+    correction server, or no answer in time."""
+
+
+class ServiceError(DpsenseError):
+    """A running service had to stop: a part of it met an error that must not be retried."""

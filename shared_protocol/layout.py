@@ -1,0 +1,34 @@
+"""Wire format v1 in numbers: the sizes and bounds every encoder and decoder shares.
+
+    from shared_protocol.layout import CORRECTION_SIZE, reading_size
+    buf = bytearray(reading_size(2))      # 34 bytes: a reading record with two values
+
+wire.py encodes and decodes records with these; the board's ring buffer sizes its
+slots with them; the config checker bounds columns and ring sizes with them; the
+micro:bit node, too small to compile wire.py, packs records by hand with them. This
+module imports nothing, so a board pays only for these few names. The field order
+is docs/protocol.md's (and wire.py's docstring).
+"""
+
+VERSION = 1                  # the wire format's version (the project's is __version__)
+KIND_READING = 1
+KIND_CORRECTION = 2
+TOKEN_SIZE = 8
+MAX_COLS = 16
+INT32_MIN = -2147483648      # reserved: never a valid value or d_diff
+INT32_MAX = 2147483647
+DEVICE_ID_MAX = 0xFFFFFFFF   # a u32 field; device id 0 is reserved
+CONFIG_ID_MAX = 0xFFFF       # a u16 field
+
+# version, kind, ncols, flags, device_id, boot_id, seq, token (TOKEN_SIZE), config_id;
+# then ncols little-endian int32 values.
+READING_HEAD = "<BBBBIII8sH"
+READING_HEAD_SIZE = 26
+# version, kind, reserved u16, token (TOKEN_SIZE), d_diff int32.
+CORRECTION = "<BBH8si"
+CORRECTION_SIZE = 16
+
+
+def reading_size(ncols):
+    """Bytes of a reading record with ``ncols`` values."""
+    return READING_HEAD_SIZE + 4 * ncols

@@ -1,0 +1,24 @@
+"""MQTT topic names and the device account name: one place, so the broker's ACL, the
+cloud services, the gateway and the boards agree.
+
+    user = DEVICE_USER % 7                  # "d7": the broker account of device 7
+    (READINGS % user).encode()              # b"dpsense/readings/d7", where it publishes
+
+Devices log in as ``d<device_id>`` and publish readings and status under their own
+name; the correction topic is shared and names no device, so the correction server
+cannot tie a token to a device. A device may read one topic, its own ``ACK``. Templates take ``%``, as the rest of the board code
+does; the ``*_ALL`` filters are the templates filled with the MQTT wildcard.
+"""
+
+DEVICE_USER = "d%d"                        # % device_id
+READINGS = "dpsense/readings/%s"           # % device account
+READINGS_ALL = READINGS % "+"
+CORRECTIONS = "dpsense/corrections"
+STATUS = "dpsense/status/%s"               # % device account
+STATUS_ALL = STATUS % "+"
+ROUND_TO_CS = "dpsense/round/to-cs"
+ROUND_TO_ANALYST = "dpsense/round/to-analyst"
+ACK = "dpsense/ack/%s"                     # % device account: the cloud's acknowledgements
+ACK_ALL = ACK % "+"
+ALERTS = "dpsense/alerts/%s"               # % device group: a window's new candidates
+ALERTS_ALL = ALERTS % "+"

@@ -1,0 +1,55 @@
+"""Release timing of the real firmware loop under the MicroPython unix port (or CPython).
+
+    micropython tests/statistical/release_timing.py 2000 5      # readings, period_ms
+
+Runs ``firmware/app.py``'s ``App.run`` (Pico profile, one column at scale 100 quanta, a
+stimulus of zeros, so each released value is its noise Y) and prints, per release, one
+line ``<latency_us> <Y>``: microseconds from the moment the ledger let the reading through
+(the record's noise is drawn after it) to the moment the record reached the transport. That moment is what a broker, a gateway or
+anyone on the wire sees. tests/statistical/test_release_timing.py reads the lines.
+"""
+import sys
+import time
+
+sys.path.insert(0, ".")
+sys.path.insert(0, "firmware")
+
+from app import App                        # noqa: E402
+import boards                              # noqa: E402
+from shared_protocol.config import validate  # noqa: E402
+from shared_protocol import wire           # noqa: E402
+
+
+def main(n, period, tmp):
+    profile = boards.load("pico")
+    cfg = validate({
+        "board": "pico", "device_id": 7,
+        "columns": [{"num": 1, "den": 1, "offset": 0, "raw_min": -10, "raw_max": 10, "delta_q": 100}],
+        "epsilon": "1", "centre": [0], "window_records": 10 ** 6, "window_cap": "1000000",
+        "period_ms": period, "stimulus": [[0]] * n,
+        "ring_path": tmp + "-ring", "ledger_path": tmp + "-ledger",
+    }, profile)
+    app = App(cfg, profile, lambda s: None, (lambda b: None, lambda: None))
+    read_at = [0, -1]     # when the ledger let the last reading through, and its sequence number
+    charge = app.ledger.charge
+
+    def charged():
+        code = charge()
+        read_at[0] = time.ticks_us()
+        read_at[1] += 1
+        return code
+
+    def handoff(reading, correction):
+        t = time.ticks_us()
+        _, rec = wire.decode(reading)
+        # The schedule hands record k over before reading k + 1, so the last reading is its own.
+        assert rec[2] == read_at[1]
+        print("%d %d" % (time.ticks_diff(t, read_at[0]), rec[5][0]))
+
+    app.ledger.charge = charged
+    app.node.send = handoff
+    app.run()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "/tmp/dpsense-timing")
