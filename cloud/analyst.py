@@ -18,9 +18,9 @@ number of pending readings per group is kept in memory, counted from the rows th
 since the last poll. The analyst sees only released values (quanta) and tokens; it learns d_TP,
 w_O, FP and FN (mode ``paper``) or R (mode ``bands``) from the correction server, never a
 distance difference. In mode paper a window whose O' already holds about the expected share of
-outliers gets no round (``rules.needs_round``): R = O'. Mode bands needs the band width, which
-the profile gives: an analyst started before profile.json exists holds its windows until it
-does (the log and the status say so).
+outliers gets no round (``rules.needs_round``): R = O'. A round needs the provisioned centre
+(and in mode bands the band width), which the profile gives: an analyst started before
+profile.json exists holds its windows until it does (the log and the status say so).
 """
 from __future__ import annotations
 
@@ -71,11 +71,10 @@ class AnalystParams:
 
     ``mode`` is the correction protocol (``paper`` or ``bands``, whose bands are
     ``band_width_q`` wide; 0 = the profile's, once there is one). Distances are measured
-    from the provisioned ``centre_q`` (the guarantees of mode bands and of the never-worse
-    rule need it); until it is known, mode bands runs no round and mode paper measures from
-    the window's mean, as the 2017 reconstruction does. In mode paper a round is skipped
-    when ``|O'|`` is within ``skip_margin`` of ``outlier_share * n`` (a negative margin never
-    skips); mode bands always runs.
+    from the provisioned ``centre_q``, the point the boards' d_diff refers to (None = the
+    profile's, once there is one): until it is known, no round runs and the window is held.
+    In mode paper a round is skipped when ``|O'|`` is within ``skip_margin`` of
+    ``outlier_share * n`` (a negative margin never skips); mode bands always runs.
     """
 
     eps_q: float
@@ -304,15 +303,13 @@ class Analyst:
                 % (p.detector, n, p.min_samples, p.eps_q))
         self._provisioned()
         p = self.params
-        centre = values.mean(axis=0) if p.centre_q is None else np.asarray(p.centre_q, dtype=float)
-        dist = np.linalg.norm(values - centre, axis=1)
         t_detect = time.perf_counter() - t0
         skipped = p.mode == "paper" and not needs_round(int(presumed.size), n, p.outlier_share, p.skip_margin)
-        # Mode bands' guarantee (no normal reading in R) holds only for distances from the
-        # provisioned centre, so without it there is no round rather than one from the mean.
-        if p.mode == "bands" and (not p.band_width_q > 0 or p.centre_q is None):
-            raise msg.RoundError("mode bands needs the band width and the provisioned centre, which are not "
-                                 "known yet (no profile.json); no round until they are")
+        # The boards' d_diff is measured from the provisioned centre, and so must A's bands
+        # and layers be: from any other point the guarantees (no normal reading added) fail.
+        if not skipped and (p.centre_q is None or (p.mode == "bands" and not p.band_width_q > 0)):
+            what = "the provisioned centre and the band width are" if p.mode == "bands" else "the provisioned centre is"
+            raise msg.RoundError("%s not known yet (no profile.json); no round until then" % what)
         res: dict[str, Any] = {}
         split: dict[str, Any] = {}
         rid: int | None = None
@@ -320,6 +317,7 @@ class Analyst:
         if skipped:
             r, fp, fn = presumed, np.empty(0, dtype=np.intp), np.empty(0, dtype=np.intp)
         else:
+            dist = np.linalg.norm(values - np.asarray(p.centre_q, dtype=float), axis=1)
             rid = self._next_round
             self._next_round += 1
             store.start_attempt(w.id, rid)
@@ -419,9 +417,9 @@ class Analyst:
                     sum(f.pending.values())))
         self._provisioned()
         prm = self.params
-        if prm.mode == "bands" and (not prm.band_width_q > 0 or prm.centre_q is None):
-            self.log("analyst: mode bands: the band width and the centre are not known yet (no profile.json); "
-                     "windows are held until they are")
+        if prm.centre_q is None or (prm.mode == "bands" and not prm.band_width_q > 0):
+            self.log("analyst: the provisioned centre%s not known yet (no profile.json); windows are held "
+                     "until then" % (" and the band width are" if prm.mode == "bands" else " is"))
 
     def _observe(self, store: AnalystStore, now: float) -> None:
         """Count what arrived since the last poll; an index lookup when nothing did."""

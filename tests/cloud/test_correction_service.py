@@ -264,14 +264,17 @@ def test_mode_bands_holds_its_windows_until_the_profile_gives_width_and_centre()
     assert np.array_equal(cand, outlier) and a.params.centre_q == (100.0, -50.0)
 
 
-def test_a_band_width_without_a_centre_is_no_round():
-    # Bands measured from the window's mean would void "no normal reading in R".
+@pytest.mark.parametrize("mode", ["paper", "bands"])
+def test_without_the_provisioned_centre_there_is_no_round(mode):
+    # Distances from any other point (the window's mean) would void "no normal reading added".
     from dpsense.cloud.analyst import AnalystParams
     xp, tokens, table, c, outlier = _fleet()
-    a = _analyst(AnalystParams(eps_q=10.0, min_samples=20, window=3000, mode="bands", band_width_q=100.0), None)
+    a = _analyst(AnalystParams(eps_q=10.0, min_samples=20, window=3000, mode=mode, band_width_q=100.0,
+                               skip_margin=-1.0), None)
     store, w = _window_store(xp, tokens)
-    with pytest.raises(msg.RoundError, match="centre"):
+    with pytest.raises(msg.RoundError, match="provisioned centre"):
         a.process_window(store, w)
+    assert store.window_record(w.id).attempts == 0
 
 
 def test_the_server_refuses_rounds_until_its_parameters_are_known():
