@@ -1,14 +1,23 @@
-"""Time of the correction logic (SPEC 1.5, lines 3-6) on 100,000-record windows.
+"""Time of each correction mode on 100,000-record windows, next to numpy.sort of the same n.
 
-    python bench/correction.py            # about 10 s (windows are built with DBSCAN)
-    python bench/correction.py --quick    # fewer repetitions, about 5 s
+    python bench/correction.py            # about 1-2 min (windows are built with DBSCAN)
+    python bench/correction.py --quick    # fewer repetitions
 
-Each window is paper 1's synthetic data (separation 400, ``scale`` generator) perturbed
-with discrete Laplace noise at epsilon 0.1, 0.5 and 1; O' is DBSCAN(12, 60) on the
-perturbed window, as in ``dpsense experiment paper1``. Only the correction logic is
-timed: the in-process ``run_protocol`` and, separately, each party's function. The
-baseline, ``numpy.sort`` of 100,000 random floats, is timed in the same process so
-the ratio carries over between machines. The paper reports 30-40 ms in R 3.3.1.
+Each window is paper 1's synthetic data (separation 400, ``scale`` generator, seed 1)
+perturbed with discrete Laplace noise at epsilon 0.1, 0.5 and 1, with everything the
+reference gives as in ``dpsense experiment paper1`` (relaxed sensitivity, DBSCAN
+calibrated on the reference, w_O, rho, band width); O' is DBSCAN on the perturbed
+window. Only the correction logic is timed, in-process, both parties in one process:
+
+* mode paper, 2017 reconstruction: ``run_protocol`` with Otsu + guard, R1;
+* mode paper, never-worse rule: ``run_protocol`` with the noise split and provable layers;
+* mode bands: ``make_bands`` (analyst) and ``lower_edges`` + ``band_candidates``
+  (correction server).
+
+The baseline, ``numpy.sort`` of 100,000 random floats, is timed in the same process so
+the ratios carry over between machines. The table also gives the size of the JSON
+messages of one round of each mode (``cloud/correction/messages.py``), tokens included.
+The paper reports 30-40 ms in R 3.3.1 for its correction logic.
 """
 from __future__ import annotations
 
@@ -17,25 +26,18 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from dpsense.cloud.correction.rules import (  # noqa: E402
-    CorrectionParams,
-    false_negatives,
-    reduce_rows,
-    run_protocol,
-    split_presumed,
-)
-from dpsense.cloud.datasets import paper1_synthetic, relaxed_sensitivity  # noqa: E402
-from dpsense.cloud.experiments.noise import discrete_laplace  # noqa: E402
-from dpsense.cloud.outliers import DBSCANOutliers  # noqa: E402
+from dpsense.cloud.correction import messages as msg
+from dpsense.cloud.correction.bands import band_candidates, lower_edges, make_bands
+from dpsense.cloud.correction.rules import reduce_rows, run_protocol
+from dpsense.cloud.datasets import paper1_synthetic
+from dpsense.cloud.experiments.noise import discrete_laplace
+from dpsense.cloud.experiments.paper1 import Paper1Config, _dbscan, reference
 
 N = 100_000
-QUANTUM = 0.01
+SEPARATION = 400.0
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
@@ -49,51 +51,75 @@ def median_ms(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
     return 1e3 * float(np.median(t)), 1e3 * float(np.percentile(t, 90))
 
 
-def window(eps: float, seed: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """``(d_diff, dist_perturbed, presumed, w_o)`` of one perturbed window, in quanta."""
-    data = paper1_synthetic(N, 400.0, "scale", seed=seed)
-    ref = paper1_synthetic(N, 400.0, "scale", seed=seed + 1000)
-    rs_q = np.rint(relaxed_sensitivity(ref.x) / QUANTUM)
-    centre_q = np.rint(ref.x.mean(axis=0) / QUANTUM)
-    x_q = np.rint(data.x / QUANTUM).astype(np.int64)
-    x_p = x_q + discrete_laplace(np.random.default_rng(seed), rs_q / eps, x_q.shape)
-    d_diff = np.rint(np.linalg.norm(x_p - centre_q, axis=1)) - np.rint(np.linalg.norm(x_q - centre_q, axis=1))
-    dist = np.linalg.norm(x_p - x_p.mean(axis=0), axis=1)
-    presumed = np.flatnonzero(DBSCANOutliers(12.0, 60, n_jobs=-1).fit(x_p * QUANTUM).outlier_mask_)
-    r = np.linalg.norm(ref.x[ref.outlier] - ref.x.mean(axis=0), axis=1)
-    return d_diff, dist, presumed, float(r.max() - r.min()) / QUANTUM
+def window(cfg: Paper1Config, eps: float, seed: int = 1) -> dict[str, object]:
+    """One perturbed window and the parameters every party holds, in quanta."""
+    hist = reference(cfg, SEPARATION, seed)
+    data = paper1_synthetic(N, SEPARATION, "scale", seed=seed)
+    x_q = np.rint(data.x / cfg.quantum).astype(np.int64)
+    scale_q = hist.rs_q / eps
+    x_p = x_q + discrete_laplace(np.random.default_rng(seed), scale_q, x_q.shape)
+    d_diff = (np.rint(np.linalg.norm(x_p - hist.centre_q, axis=1))
+              - np.rint(np.linalg.norm(x_q - hist.centre_q, axis=1)))
+    return {
+        "d_diff": d_diff, "dist": np.linalg.norm(x_p - hist.centre_q, axis=1),
+        "dist_mean": np.linalg.norm(x_p - x_p.mean(axis=0), axis=1),
+        "presumed": np.flatnonzero(_dbscan(cfg, x_p * cfg.quantum, hist.min_samples)),
+        "recon": cfg.correction(hist.w_o_q),
+        "nw": cfg.never_worse(hist.w_o_q, float(scale_q.max()), x_q.shape[1], hist.normal_radius_q),
+        "width": hist.band_width_q, "rho": hist.normal_radius_q,
+    }
+
+
+def message_bytes(w: dict[str, object], tokens: str) -> tuple[int, int]:
+    """Bytes of one round's messages: mode paper (4 messages), mode bands (2)."""
+    d, dist, presumed = w["d_diff"], w["dist"], w["presumed"]
+    res = run_protocol(d, dist, presumed, w["nw"])
+    rows = reduce_rows(dist, presumed, res.split.d_tp, w["nw"].w_o)
+    paper = [msg.encode("presumed", 1, tokens=tokens, presumed=presumed),
+             msg.encode("split", 1, d_tp=res.split.d_tp, w_o=w["nw"].w_o),
+             msg.encode("rows", 1, i_l2=rows.i_l2, i_l3=rows.i_l3),
+             msg.encode("result", 1, fp=res.fp, fn=np.setdiff1d(res.r, presumed))]
+    bands = make_bands(dist, w["width"])
+    r = band_candidates(d, lower_edges(N, bands), w["rho"])
+    band_msgs = [msg.encode("bands", 1, tokens=tokens, width=bands.width, edges=[float(e) for e in bands.edges],
+                            bands=bands.members),
+                 msg.encode("result", 1, r=r, unknown=np.empty(0, dtype=np.intp), missing=0)]
+    return sum(len(m) for m in paper), sum(len(m) for m in band_msgs)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="50 repetitions instead of 300")
-    ap.add_argument("--repeats", type=int, help="timed calls per cell (default 300, --quick 50)")
+    ap.add_argument("--quick", action="store_true", help="20 repetitions instead of 100")
+    ap.add_argument("--repeats", type=int, help="timed calls per cell (default 100, --quick 20)")
     args = ap.parse_args(argv)
-    repeats = args.repeats or (50 if args.quick else 300)
+    repeats = args.repeats or (20 if args.quick else 100)
+    cfg = Paper1Config(n=N)
 
     rng = np.random.default_rng(0)
     floats = rng.random(N)
     sort_ms, sort_p90 = median_ms(lambda: np.sort(floats), repeats)
+    tokens = msg.tokens_field([rng.bytes(msg.TOKEN_SIZE) for _ in range(N)])
 
-    print("Correction logic on %d records (median of %d calls; numpy %s, %s, Python %s)\n"
-          % (N, repeats, np.__version__, platform.machine(), platform.python_version()))
+    print("Correction modes on %d records, separation %g (median of %d calls; numpy %s, %s, Python %s)\n"
+          % (N, SEPARATION, repeats, np.__version__, platform.machine(), platform.python_version()))
     print("numpy.sort of %d floats: median %.3f ms (p90 %.3f ms)\n" % (N, sort_ms, sort_p90))
-    print("| ε | abs(O') | split accepted | run_protocol ms (p90) | line 3 CS ms | line 4 A ms "
-          "| line 5 CS ms | ÷ numpy.sort |")
-    print("|---:|---:|---|---:|---:|---:|---:|---:|")
+    print("| ε | abs(O') | paper, 2017 ms | paper, never-worse ms | bands: A ms | bands: CS ms | bands ms (p90) "
+          "| ÷ numpy.sort: 2017 / never-worse / bands | messages KB: paper / bands |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for eps in (0.1, 0.5, 1.0):
-        d_diff, dist, presumed, w_o = window(eps)
-        p = CorrectionParams(w_o=w_o)
-        res = run_protocol(d_diff, dist, presumed, p)
-        s = res.split
-        rows = res.rows
-        total, total_p90 = median_ms(lambda: run_protocol(d_diff, dist, presumed, p), repeats)
-        l3, _ = median_ms(lambda: split_presumed(d_diff, presumed, p), repeats)
-        l4, _ = median_ms(lambda: reduce_rows(dist, presumed, s.d_tp, p.w_o), repeats)
-        l5, _ = median_ms(lambda: false_negatives(d_diff, presumed, rows, s, p), repeats)
-        print("| %g | %d | %s | %.2f (%.2f) | %.2f | %.2f | %.2f | %.1f |"
-              % (eps, presumed.size, "yes" if s.accepted else "no", total, total_p90, l3, l4, l5,
-                 total / sort_ms))
+        w = window(cfg, eps)
+        d, dist, dist_mean, presumed = w["d_diff"], w["dist"], w["dist_mean"], w["presumed"]
+        recon, _ = median_ms(lambda: run_protocol(d, dist_mean, presumed, w["recon"]), repeats)
+        nw, _ = median_ms(lambda: run_protocol(d, dist, presumed, w["nw"]), repeats)
+        bands = make_bands(dist, w["width"])
+        a_ms, _ = median_ms(lambda: make_bands(dist, w["width"]), repeats)
+        cs_ms, _ = median_ms(lambda: band_candidates(d, lower_edges(N, bands), w["rho"]), repeats)
+        both, both_p90 = median_ms(lambda: band_candidates(d, lower_edges(N, make_bands(dist, w["width"])),
+                                                           w["rho"]), repeats)
+        kb_paper, kb_bands = message_bytes(w, tokens)
+        print("| %g | %d | %.2f | %.2f | %.2f | %.2f | %.2f (%.2f) | %.1f / %.1f / %.1f | %.0f / %.0f |"
+              % (eps, presumed.size, recon, nw, a_ms, cs_ms, both, both_p90, recon / sort_ms, nw / sort_ms,
+                 both / sort_ms, kb_paper / 1024, kb_bands / 1024))
     return 0
 
 

@@ -1,18 +1,18 @@
 """What a dashboard refresh costs over an SQLite analyst store, as a markdown table.
 
-    python bench/dashboard.py                   # 100,000 readings, one closed window; about 15 s
+    python bench/dashboard.py                   # 100,000 readings, one done window; about 10 s
     python bench/dashboard.py --readings 20000  # quicker
 
-The store holds ``--readings`` readings from 10 devices (2 columns) and one closed window over
-all of them with 5% candidates. Rows, each the median of ``--repeat`` runs:
+The store holds ``--readings`` readings from 10 devices (2 columns, one status message each)
+and one done count window over all of them with 5% candidates, as the analyst stores it. Rows,
+each the median of ``--repeat`` runs:
 
-* baseline: the reads ``dpsense status`` makes (count, gaps, dead letters, window results) on a
-  freshly opened store, measured in the same run;
-* the dashboard's first refresh (a new ``StoreSource``: every reading and the window's rows read
-  once);
-* one page poll afterwards with nothing new (summary, windows, devices), and with 1,000 new
-  readings;
-* the chosen window's candidates once cached.
+* baseline: the analyst-store reads ``dpsense status`` makes (count, gaps, dead letters, window
+  counts) on a freshly opened store, measured in the same run;
+* the dashboard's first refresh (a new ``StoreSource``: summary, windows, devices and events,
+  what the page asks for on every poll);
+* one page poll afterwards with nothing new, and with 1,000 new readings;
+* the chosen window's candidates, read once (its members and verdicts), and once cached.
 """
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Callable
 
 from dpsense.cloud.dashboard.data import StoreSource
-from dpsense.cloud.storage import AnalystStore, Reading, open_analyst_store
+from dpsense.cloud.storage import AnalystStore, DeviceStatus, Reading, Verdict, open_analyst_store
+from dpsense.cloud.storage.stream import WindowOutcome
 
 DEVICES = 10
 
@@ -58,28 +59,37 @@ def main(argv: list[str] | None = None) -> int:
         now = time.time()
         with open_analyst_store(url) as s:
             s.add_batch(_readings(0, a.readings, now), [])
-            rows = list(range(1, a.readings + 1))
-            cands = rows[::20]
-            s.save_window_result(0, {"window": 0, "first_row": 1, "last_row": a.readings, "n": a.readings,
-                                     "presumed": len(cands), "fp": 0, "fn": 0, "candidates": len(cands),
-                                     "missing_corrections": 0, "split_accepted": True, "presumed_rows": cands,
-                                     "candidate_rows": cands, "round_s": 0.1})
+            s.add_statuses([DeviceStatus(d, 1, now, {"event": "boot", "entropy": "urandom", "eps_record": "1/2",
+                                                     "eps_record_worst": "1", "window": 0, "spent": "1",
+                                                     "cap": "100"}, "dpsense/status/d%d" % d)
+                            for d in range(1, DEVICES + 1)], [])
+            w = s.close_window("default", "count", upto_row=a.readings, closed_at=now)
+            assert w is not None and w.n == a.readings
+            cands = list(range(1, a.readings + 1, 20))       # row i is reading i - 1 of _readings
+            verdicts = [Verdict(w.id, w.group, r, (r - 1) % DEVICES + 1, 1, (r - 1) // DEVICES, now, True, False,
+                                False, True) for r in cands]
+            s.complete_window(w.id, WindowOutcome(len(cands), 0, 0, len(cands), 0, 0.1, 0.1, now), verdicts, {})
 
         def status() -> None:
             with open_analyst_store(url) as s:
-                s.count(), s.gaps(), s.dead_letter_count(), s.window_results()
+                s.count(), s.gaps(), s.dead_letter_count(), s.window_counts()
 
         def opener() -> AnalystStore:
             return open_analyst_store(url)
 
         def first() -> None:
-            StoreSource(opener, min_interval=0).summary()
+            fresh = StoreSource(opener, min_interval=0, cost_share=None)
+            fresh.summary(), fresh.windows(20), fresh.devices(), fresh.events(10)
 
-        source = StoreSource(opener, min_interval=0)
-        source.summary()
+        source = StoreSource(opener, min_interval=0, cost_share=None)
 
         def poll() -> None:
-            source.summary(), source.windows(20), source.devices()
+            source.summary(), source.windows(20), source.devices(), source.events(10)
+
+        poll()
+
+        def candidates_first() -> None:
+            StoreSource(opener, min_interval=0, cost_share=None).candidates(0)
 
         added = [a.readings]
 
@@ -94,14 +104,16 @@ def main(argv: list[str] | None = None) -> int:
         timed: list[float] = []
         cells = [
             ("baseline: `dpsense status` reads, fresh store", _median(status, a.repeat)),
-            ("first refresh (every reading read once)", _median(first, a.repeat)),
+            ("first refresh (summary, windows, devices, events)", _median(first, a.repeat)),
             ("page poll, nothing new", _median(poll, a.repeat)),
         ]
         for _ in range(a.repeat):
             poll_new()
         cells.append(("page poll, 1,000 new readings", statistics.median(timed)))
+        cells.append(("candidates of the window, first read", _median(candidates_first, a.repeat)))
+        source.candidates(0)
         cells.append(("candidates of the window, cached", _median(lambda: source.candidates(0), a.repeat)))
-    print("%d readings from %d devices, one closed window with %d candidates; median of %d runs\n"
+    print("%d readings from %d devices, one done window with %d candidates; median of %d runs\n"
           % (a.readings, DEVICES, len(cands), a.repeat))
     print("| what | seconds |\n|---|---:|")
     for what, sec in cells:

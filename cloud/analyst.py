@@ -16,7 +16,11 @@ and is retried with a growing delay. Only a completed round stores the window's 
 While nothing arrives, a poll costs one index lookup (the newest row id) and a clock check: the
 number of pending readings per group is kept in memory, counted from the rows that arrived
 since the last poll. The analyst sees only released values (quanta) and tokens; it learns d_TP,
-w_O, FP and FN from the correction server, never a distance difference.
+w_O, FP and FN (mode ``paper``) or R (mode ``bands``) from the correction server, never a
+distance difference. In mode paper a window whose O' already holds about the expected share of
+outliers gets no round (``rules.needs_round``): R = O'. A round needs the provisioned centre
+(and in mode bands the band width), which the profile gives: an analyst started before
+profile.json exists holds its windows until it does (the log and the status say so).
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import queue
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -35,11 +39,13 @@ from paho.mqtt.enums import CallbackAPIVersion
 from dpsense.cloud import topics
 from dpsense.cloud.alerts import Alerts
 from dpsense.cloud.correction import messages as msg
-from dpsense.cloud.correction.rules import reduce_rows
+from dpsense.cloud.correction.bands import make_bands
+from dpsense.cloud.correction.rules import needs_round, reduce_rows
 from dpsense.cloud.errors import RoundError
 from dpsense.cloud.ingest.service import Connection
 from dpsense.cloud.outliers.dbscan import DBSCANOutliers
 from dpsense.cloud.outliers.distance import BetaRAnomalies, DistanceOutliers
+from dpsense.cloud.profile import DeviceProfile
 from dpsense.cloud.session import Session
 from dpsense.cloud.results import iso_time
 from dpsense.cloud.storage import AnalystStore, Verdict, WindowRecord
@@ -62,6 +68,13 @@ class AnalystParams:
     analyst waits for readings still being committed; a round whose correction records
     are missing is held for up to ``max_hold`` seconds after the window closed, then
     completed without them (and the status says so).
+
+    ``mode`` is the correction protocol (``paper`` or ``bands``, whose bands are
+    ``band_width_q`` wide; 0 = the profile's, once there is one). Distances are measured
+    from the provisioned ``centre_q``, the point the boards' d_diff refers to (None = the
+    profile's, once there is one): until it is known, no round runs and the window is held.
+    In mode paper a round is skipped when ``|O'|`` is within ``skip_margin`` of
+    ``outlier_share * n`` (a negative margin never skips); mode bands always runs.
     """
 
     eps_q: float
@@ -74,6 +87,11 @@ class AnalystParams:
     max_hold: float = 600.0
     retry_min: float = 2.0
     retry_max: float = 60.0
+    mode: str = "paper"
+    band_width_q: float = 0.0
+    centre_q: tuple[float, ...] | None = None
+    outlier_share: float = 0.10
+    skip_margin: float = 0.05
 
     def __post_init__(self) -> None:
         if not self.eps_q > 0:
@@ -95,6 +113,12 @@ class AnalystParams:
                              % (spec.count, self.floor, self.floor_reason))
         if not (self.settle >= 0 and self.max_hold >= 0 and 0 < self.retry_min <= self.retry_max):
             raise ValueError("settle and max_hold must be >= 0, 0 < retry_min <= retry_max")
+        if self.mode not in msg.MODES:
+            raise ValueError("mode must be one of %s" % (msg.MODES,))
+        if not self.band_width_q >= 0:
+            raise ValueError("band_width_q must be >= 0 (0: the profile's)")
+        if not 0 < self.outlier_share < 1:
+            raise ValueError("outlier_share must be in (0, 1)")
 
     @property
     def spec(self) -> WindowSpec:
@@ -152,10 +176,12 @@ class Analyst:
 
     def __init__(self, conn: Connection, open_store: Callable[[], Any], params: AnalystParams,
                  log: Callable[[str], None] | None = None, alerts: Alerts | None = None,
-                 webhook: str | None = None, clock: Callable[[], float] = time.time) -> None:
+                 webhook: str | None = None, clock: Callable[[], float] = time.time,
+                 profile: Callable[[], DeviceProfile | None] | None = None) -> None:
         self.conn = conn
         self.open_store = open_store
         self.params = params
+        self._profile = profile
         self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
         self.clock = clock
         self._q: queue.Queue[dict[str, Any]] = queue.Queue()
@@ -216,6 +242,46 @@ class Analyst:
             return BetaRAnomalies(beta=p.min_samples, r=p.eps_q)
         return DBSCANOutliers(p.eps_q, p.min_samples)
 
+    def _provisioned(self) -> None:
+        """Take the centre and the band width from the profile once it exists: the analyst may
+        start before the first calibration writes profile.json."""
+        p = self.params
+        if self._profile is None or (p.centre_q is not None and (p.mode != "bands" or p.band_width_q > 0)):
+            return
+        prof = self._profile()
+        if prof is None:
+            return
+        self.params = replace(p, centre_q=p.centre_q if p.centre_q is not None else tuple(map(float, prof.centre_q)),
+                              band_width_q=p.band_width_q if p.band_width_q > 0 else prof.band_width_q)
+        self.log("analyst: profile.json: centre %s, band width %g quanta"
+                 % (list(self.params.centre_q or ()), self.params.band_width_q))
+
+    def _paper_round(self, rid: int, tokens: list[bytes], presumed: np.ndarray, dist: np.ndarray,
+                     n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any], dict[str, Any]]:
+        """SPEC 1.5 lines 2-6: O' out, d_TP and w_O back, I_L2 and I_L3 out, FP and FN back."""
+        pub = self._client.publish
+        pub(topics.ROUND_TO_CS, msg.encode("presumed", rid, tokens=msg.tokens_field(tokens), presumed=presumed),
+            qos=1)
+        split = self._await(rid, "split")
+        rows = reduce_rows(dist, presumed, msg.number(split, "d_tp"), msg.number(split, "w_o"))
+        pub(topics.ROUND_TO_CS, msg.encode("rows", rid, i_l2=rows.i_l2, i_l3=rows.i_l3), qos=1)
+        res = self._await(rid, "result")
+        fp = msg.positions(res, "fp", n)
+        fn = msg.positions(res, "fn", n)
+        return np.union1d(np.setdiff1d(presumed, fp), fn), fp, fn, split, res
+
+    def _bands_round(self, rid: int, tokens: list[bytes], presumed: np.ndarray, dist: np.ndarray,
+                     n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Mode bands: the bands out, R back; rows without a correction record keep O'."""
+        bands = make_bands(dist, self.params.band_width_q)
+        self._client.publish(topics.ROUND_TO_CS, msg.encode(
+            "bands", rid, tokens=msg.tokens_field(tokens), width=bands.width,
+            edges=[float(e) for e in bands.edges], bands=bands.members), qos=1)
+        res = self._await(rid, "result")
+        cand = msg.positions(res, "r", n)
+        r = np.union1d(cand, np.intersect1d(presumed, msg.positions(res, "unknown", n)))
+        return r, np.setdiff1d(presumed, r), np.setdiff1d(r, presumed), res
+
     # -- one window ---------------------------------------------------------------------------------
     def process_window(self, store: AnalystStore, w: WindowRecord) -> dict[str, Any]:
         """Detect on a closed window and run its correction round; store and return the result.
@@ -235,21 +301,30 @@ class Analyst:
                 "the %s detector flagged all %d readings: no population to compare with (too sparse for "
                 "min_samples %d within %g quanta; longer windows or other detector parameters help)"
                 % (p.detector, n, p.min_samples, p.eps_q))
-        dist = np.linalg.norm(values - values.mean(axis=0), axis=1)
+        self._provisioned()
+        p = self.params
         t_detect = time.perf_counter() - t0
-        rid = self._next_round
-        self._next_round += 1
-        store.start_attempt(w.id, rid)
+        skipped = p.mode == "paper" and not needs_round(int(presumed.size), n, p.outlier_share, p.skip_margin)
+        # The boards' d_diff is measured from the provisioned centre, and so must A's bands
+        # and layers be: from any other point the guarantees (no normal reading added) fail.
+        if not skipped and (p.centre_q is None or (p.mode == "bands" and not p.band_width_q > 0)):
+            what = "the provisioned centre and the band width are" if p.mode == "bands" else "the provisioned centre is"
+            raise msg.RoundError("%s not known yet (no profile.json); no round until then" % what)
+        res: dict[str, Any] = {}
+        split: dict[str, Any] = {}
+        rid: int | None = None
         t1 = time.perf_counter()
-        pub = self._client.publish
-        pub(topics.ROUND_TO_CS, msg.encode("presumed", rid, tokens=msg.tokens_field(m.tokens), presumed=presumed),
-            qos=1)
-        split = self._await(rid, "split")
-        rows = reduce_rows(dist, presumed, msg.number(split, "d_tp"), msg.number(split, "w_o"))
-        pub(topics.ROUND_TO_CS, msg.encode("rows", rid, i_l2=rows.i_l2, i_l3=rows.i_l3), qos=1)
-        res = self._await(rid, "result")
-        fp = msg.positions(res, "fp", n)
-        fn = msg.positions(res, "fn", n)
+        if skipped:
+            r, fp, fn = presumed, np.empty(0, dtype=np.intp), np.empty(0, dtype=np.intp)
+        else:
+            dist = np.linalg.norm(values - np.asarray(p.centre_q, dtype=float), axis=1)
+            rid = self._next_round
+            self._next_round += 1
+            store.start_attempt(w.id, rid)
+            if p.mode == "bands":
+                r, fp, fn, res = self._bands_round(rid, m.tokens, presumed, dist, n)
+            else:
+                r, fp, fn, split, res = self._paper_round(rid, m.tokens, presumed, dist, n)
         detect_s, round_s = round(t_detect, 4), round(time.perf_counter() - t1, 4)
         missing = res.get("missing")
         missing = missing if isinstance(missing, int) and missing > 0 else 0
@@ -261,7 +336,6 @@ class Analyst:
                                 % (missing, n))
             note = ("window %d completed %.0f s after it closed with %d of %d readings lacking a correction "
                     "record; they were left out of the correction" % (w.id, now - w.closed_at, missing, n))
-        r = np.union1d(np.setdiff1d(presumed, fp), fn)
         decided = np.union1d(presumed, fn)
         in_p, in_fp, in_fn, in_r = (np.isin(decided, s) for s in (presumed, fp, fn, r))
         verdicts = [Verdict(w.id, w.group, int(m.row_ids[i]), int(m.device_ids[i]), int(m.boot_ids[i]),
@@ -269,11 +343,12 @@ class Analyst:
                             bool(in_fn[k] and not in_p[k]), bool(in_r[k])) for k, i in enumerate(decided)]
         result = {
             "window": w.id, "group": w.group, "group_window": w.seq, "kind": w.kind, "start": w.start,
-            "end": w.end, "round": rid, "attempts": w.attempts + 1,
+            "end": w.end, "round": rid, "attempts": w.attempts + (0 if skipped else 1),
             "first_row": int(m.row_ids.min()), "last_row": int(m.row_ids.max()), "n": n,
             "presumed": int(presumed.size), "fp": int(fp.size), "fn": int(fn.size),
             "fn_l1": res.get("fn_l1"), "fn_l2": res.get("fn_l2"), "fn_l3": res.get("fn_l3"),
             "missing_corrections": missing, "split_accepted": res.get("split_accepted"),
+            "mode": p.mode, "skipped": skipped,
             "candidates": int(r.size), "d_tp": split.get("d_tp"),
             "presumed_rows": [int(x) for x in m.row_ids[presumed]],
             "candidate_rows": [int(x) for x in m.row_ids[r]],
@@ -340,6 +415,11 @@ class Analyst:
         self.log("analyst: windows of %s per group, at least %d readings (%s); %d readings pending"
                  % (self.params.spec.describe(), self.params.floor, self.params.floor_reason,
                     sum(f.pending.values())))
+        self._provisioned()
+        prm = self.params
+        if prm.centre_q is None or (prm.mode == "bands" and not prm.band_width_q > 0):
+            self.log("analyst: the provisioned centre%s not known yet (no profile.json); windows are held "
+                     "until then" % (" and the band width are" if prm.mode == "bands" else " is"))
 
     def _observe(self, store: AnalystStore, now: float) -> None:
         """Count what arrived since the last poll; an index lookup when nothing did."""
@@ -454,11 +534,13 @@ class Analyst:
         f.backoff = 0.0
         f.retry_at = 0.0
         late = ", verdict %.1f s after close" % (self.clock() - w.closed_at) if w.kind == "time" else ""
+        how = ("no round: O' holds about the expected share of outliers" if res["skipped"]
+               else "mode %s round %.2f s" % (res["mode"], res["round_s"]))
         self.log("analyst: window %d (group %s%s): %d readings, %d presumed outliers, %d false positives removed, "
-                 "%d false negatives added -> %d candidates (detect %.1f s, round %.2f s%s)"
+                 "%d false negatives added -> %d candidates (detect %.1f s, %s%s)"
                  % (w.id, w.group, ", " + iso_time(w.start) + " to " + iso_time(w.end) if w.kind == "time" else "",
                     res["n"], res["presumed"], res["fp"], res["fn"], res["candidates"], res["detect_s"],
-                    res["round_s"], late))
+                    how, late))
         return 1
 
     def _finished(self, now: float, flush_idle: float) -> bool:

@@ -1,6 +1,7 @@
 """Data sets for experiments and demos: the paper-1 synthetic generator (SPEC 1.7)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,16 +51,46 @@ def paper1_synthetic(n: int = 100_000, separation: float = 220.0, shape: str = "
     return Labelled(x=x, outlier=outlier)
 
 
-def relaxed_sensitivity(reference: np.ndarray, outlier_percent: float = 10.0) -> np.ndarray:
-    """SPEC 1.3: per column, the (100 - p/2)th minus the (p/2)th percentile (type 7).
+SENSITIVITY_METHODS = ("shorth", "percentile")
+
+
+def relaxed_sensitivity(reference: np.ndarray, outlier_percent: float = 10.0,
+                        method: str = "percentile") -> np.ndarray:
+    """SPEC 1.3: per column, the width of the range that holds the non-outliers.
+
+    ``method="percentile"`` is the paper's estimate, the (100 - p/2)th minus the (p/2)th
+    percentile (type 7). ``method="shorth"`` is the width of the narrowest interval that
+    holds ``ceil((1 - p/100) n)`` of the column's values.
+
+    The percentile estimate assumes half the outliers on each side of every column. When
+    the outliers of one side hold about p/2 % of the values, the percentile falls on the
+    sparse values between core and outlier layer and interpolates across the empty gap:
+    at separation 400, 9 of 40 (seed, column) pairs of reference seeds 1001-1020 give
+    13.6-26.8 instead of about 12.6 (tests/cloud/test_relaxed_sensitivity.py). The
+    narrowest interval never spans an empty gap it does not need: widening it across
+    one adds width but no values, so it stays on the dense core.
 
     Compute it from reference (historical) data, never from the batch being released.
     """
     if not 0 < outlier_percent < 100:
         raise ValueError("outlier_percent must be in (0, 100)")
-    hi = np.percentile(reference, 100 - outlier_percent / 2, axis=0, method="linear")
-    lo = np.percentile(reference, outlier_percent / 2, axis=0, method="linear")
+    if method not in SENSITIVITY_METHODS:
+        raise ValueError("method must be one of %s, got %r" % (SENSITIVITY_METHODS, method))
+    x = np.asarray(reference, dtype=float)
+    if method == "shorth":
+        width = _shortest_cover(x if x.ndim > 1 else x[:, None], 1.0 - outlier_percent / 100)
+        return width if x.ndim > 1 else width[0]
+    hi = np.percentile(x, 100 - outlier_percent / 2, axis=0, method="linear")
+    lo = np.percentile(x, outlier_percent / 2, axis=0, method="linear")
     return hi - lo
+
+
+def _shortest_cover(x: np.ndarray, share: float) -> np.ndarray:
+    """Per column, the smallest ``v[i + k - 1] - v[i]`` over the sorted values, ``k = ceil(share n)``."""
+    v = np.sort(x, axis=0)
+    n = v.shape[0]
+    k = max(1, int(math.ceil(share * n - 1e-9)))
+    return (v[k - 1:] - v[:n - k + 1]).min(axis=0)
 
 
 class DataNotInstalled(DpsenseError):

@@ -7,7 +7,7 @@
 ``calibrate`` computes the profile in the clear from reference (historical) data;
 ``dpsense.cloud.privacy.calibration.dp_calibrate`` computes the same fields with
 epsilon-DP. The analyst and the correction server take their defaults (DBSCAN
-parameters, quantum, w_O) from the profile in the data directory.
+parameters, quantum, w_O, the band width) from the profile in the data directory.
 """
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ class DeviceProfile:
     w_o_q: float = 0.0
     dbscan_eps: float = 12.0
     dbscan_min_samples: int = 60
+    band_width_q: float = 0.0
 
     def mechanism(self, rng: object) -> RecordMechanism:
         """The board's per-record mechanism for this profile (identity scaling over the domain)."""
@@ -45,6 +46,16 @@ class DeviceProfile:
         cols = [Column(Affine(1, 1, 0, -span, span), d, eps) for d in self.delta_q]
         return RecordMechanism(cols, list(self.centre_q), rng)
 
+    def noise_scale_q(self) -> float:
+        """b, the largest per-column noise scale in quanta (public: sensitivity / epsilon)."""
+        num, den = parse_decimal(self.epsilon)
+        return max(self.delta_q) * den / num
+
+    def normal_radius_q(self) -> float:
+        """rho in quanta: half the diagonal of the relaxed-sensitivity box."""
+        from dpsense.cloud.correction.rules import normal_radius
+        return normal_radius(self.delta_q)
+
     def to_json(self) -> str:
         return json.dumps(self.__dict__)
 
@@ -52,20 +63,25 @@ class DeviceProfile:
 def calibrate(reference: np.ndarray, epsilon: str, quantum: float, dbscan_eps: float = 12.0,
               dbscan_min_samples: int = 60) -> DeviceProfile:
     """Deployment parameters from reference (historical) data, never from the data released:
-    relaxed sensitivity per column (SPEC 1.3), centre, domain, and the outlier-layer width
-    w_O for the correction server (SPEC 1.6.2: spread of the detected outliers' radii)."""
+    relaxed sensitivity per column (SPEC 1.3, the narrowest 90 % range), centre, domain,
+    the outlier-layer width w_O for the correction server (SPEC 1.6.2: spread of the
+    detected outliers' radii) and the analyst's band width (half the detected border)."""
+    from dpsense.cloud.correction.bands import width_from_history
+    from dpsense.cloud.correction.rules import normal_radius
     from dpsense.cloud.datasets import relaxed_sensitivity
     from dpsense.cloud.outliers.dbscan import DBSCANOutliers
-    rs = relaxed_sensitivity(reference)
+    rs = relaxed_sensitivity(reference, method="shorth")
     domain = float(np.max(np.abs(reference))) * 1.5 + 1.0
     centre = reference.mean(axis=0)
     out = DBSCANOutliers(dbscan_eps, dbscan_min_samples).fit(reference).outlier_mask_
     radii = np.linalg.norm(reference[out] - centre, axis=1)
     w_o = float(radii.max() - radii.min()) if radii.size > 1 else 0.0
-    return DeviceProfile(quantum=quantum, domain=domain,
-                         delta_q=tuple(max(1, int(round(r / quantum))) for r in rs),
+    delta_q = tuple(max(1, int(round(r / quantum))) for r in rs)
+    band = width_from_history(radii / quantum, normal_radius(delta_q))
+    return DeviceProfile(quantum=quantum, domain=domain, delta_q=delta_q,
                          epsilon=epsilon, centre_q=tuple(int(c) for c in np.rint(centre / quantum)),
-                         w_o_q=w_o / quantum, dbscan_eps=dbscan_eps, dbscan_min_samples=dbscan_min_samples)
+                         w_o_q=w_o / quantum, dbscan_eps=dbscan_eps, dbscan_min_samples=dbscan_min_samples,
+                         band_width_q=band)
 
 
 def save_profile(data_dir: Path | str, profile: DeviceProfile) -> Path:

@@ -27,7 +27,7 @@ from dpsense.cloud.storage import DEFAULT_GROUP, AnalystStore, Event, Verdict, W
 from dpsense.cloud.storage.stream import WINDOW_STATES
 
 __all__ = ["DeviceRow", "Event", "Metrics", "Verdict", "WindowRecord", "candidates", "devices", "events",
-           "iso_time", "metrics", "parse_since", "windows"]
+           "iso_time", "metrics", "parse_since", "window", "windows"]
 
 _AGO = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhd])")
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -116,6 +116,11 @@ def windows(store: AnalystStore, group: str | None = None, limit: int | None = N
             states: tuple[str, ...] = WINDOW_STATES) -> list[WindowRecord]:
     """Windows by id (the last ``limit``), of every group or one, done or still awaiting a round."""
     return store.windows(group=group, states=states, limit=limit)
+
+
+def window(store: AnalystStore, window_id: int) -> WindowRecord | None:
+    """One window by id, in whatever state, or None."""
+    return store.window_record(window_id)
 
 
 def candidates(store: AnalystStore, window: int | None = None, since: float | None = None,

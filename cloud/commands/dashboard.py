@@ -63,8 +63,6 @@ def do_dashboard(args: argparse.Namespace) -> int:
 def _serve(server: "DashboardServer") -> int:
     import threading
     stop = stop_on_sigterm()
-    # The first refresh reads the whole store once; start it now rather than on the first visit.
-    threading.Thread(target=_prime, args=(server,), name="dashboard-prime", daemon=True).start()
     thread = threading.Thread(target=server.serve_forever, name="dashboard-http", daemon=True)
     thread.start()
     try:
@@ -76,14 +74,6 @@ def _serve(server: "DashboardServer") -> int:
     server.server_close()
     thread.join(5)
     return 0
-
-
-def _prime(server: "DashboardServer") -> None:
-    from dpsense.cloud.storage.repository import StorageError
-    try:
-        server.source.summary()
-    except (StorageError, ValueError, KeyError, TypeError):
-        pass                        # the page reports it on every poll
 
 
 def _opener(url: str, sqlite_path: str | None) -> "Callable[[], AnalystStore]":

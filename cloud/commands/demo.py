@@ -20,7 +20,9 @@ def parser_demo(p: argparse.ArgumentParser) -> None:
                    help="seed the data and the boards' noise: reproducible, not private "
                         "(default: synthetic data of seed 1, noise from the OS CSPRNG)")
     p.add_argument("--out", default="out/demo", help="report and data folder (default out/demo)")
-    p.add_argument("--no-sweep", action="store_true", help="skip the accuracy-vs-epsilon sweep")
+    p.add_argument("--no-sweep", action="store_true", help="skip the recall-vs-epsilon sweep")
+    p.add_argument("--correction-mode", choices=("paper", "bands"), default="bands",
+                   help="correction round of both services: bands (default) or paper (never-worse rule)")
 
 
 def do_demo(args: argparse.Namespace) -> int:
@@ -28,7 +30,8 @@ def do_demo(args: argparse.Namespace) -> int:
 
     from dpsense.cloud.pipeline import DemoOptions, run_pipeline_demo
     opts = DemoOptions(n=args.n, devices=args.devices, separation=args.separation, shape=args.shape,
-                       epsilon=args.epsilon, seed=args.seed, out=Path(args.out), sweep=not args.no_sweep)
+                       epsilon=args.epsilon, seed=args.seed, out=Path(args.out), sweep=not args.no_sweep,
+                       mode=args.correction_mode)
     return run_pipeline_demo(opts)
 
 

@@ -10,34 +10,49 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
     p.epilog = examples("dpsense experiment paper1 --n 20000 --runs 2 --out out/paper1",
                         "dpsense experiment paper4 --scenario 1")
     sub = p.add_subparsers(dest="experiment", metavar="NAME", required=True)
-    e = sub.add_parser("paper1", help="paper 1, Fig. 3: accuracy and subset size of the correction protocol",
-                       description="Reproduce paper 1, Fig. 3 (SPEC 1.7) with the baselines; writes "
-                                   "results.md, runs.csv and paper1.png.",
+    e = sub.add_parser("paper1", help="paper 1, Fig. 3: recall and subset size of each correction mode",
+                       description="Reproduce paper 1, Fig. 3 (SPEC 1.7) over several seeds with the baselines, "
+                                   "the 2017 reconstruction and both correction modes; writes results.md, "
+                                   "runs.csv and paper1.png.",
                        epilog=examples("dpsense experiment paper1",
-                                       "dpsense experiment paper1 --n 20000 --runs 2 --separations 120,400 "
-                                       "--epsilons 0.5"))
+                                       "dpsense experiment paper1 --n 20000 --seeds 1,2 --separations 220,400 "
+                                       "--epsilons 0.1,0.5 --mode paper"))
     e.add_argument("--separations", type=parse_floats, default=(50.0, 120.0, 220.0, 400.0),
                    help="comma-separated separations (default 50,120,220,400)")
     e.add_argument("--epsilons", type=parse_floats, default=(0.1, 0.5, 1.0),
                    help="comma-separated epsilons per column (default 0.1,0.5,1)")
-    e.add_argument("--runs", type=int, default=5, help="noise runs per setting (default 5)")
+    e.add_argument("--seeds", type=parse_floats, default=(1, 2, 3, 4, 5),
+                   help="comma-separated data seeds; each has its reference seed + 1000 (default 1,2,3,4,5)")
+    e.add_argument("--runs", type=int, default=1, help="noise runs per seed and setting (default 1)")
     e.add_argument("--n", type=int, default=100_000, help="points per data set (default 100000)")
     e.add_argument("--shape", choices=("scale", "shift"), default="scale",
                    help="outlier generator, SPEC 1.7 (default scale)")
+    e.add_argument("--mode", choices=("paper", "bands"), default="bands",
+                   help="the correction mode whose targets are checked (default bands); the tables show both")
+    e.add_argument("--alpha", type=float, default=0.005,
+                   help="mode paper: bound on P(d_diff > tau) for any row (default 0.005)")
+    e.add_argument("--skip-margin", type=float, default=0.05,
+                   help="mode paper: no round when |O'| is within this share of the expected outlier count "
+                        "(default 0.05)")
+    e.add_argument("--band-width", type=float,
+                   help="mode bands: band width in data units (default: half the reference's border)")
+    e.add_argument("--sensitivity", choices=("shorth", "percentile"), default="shorth",
+                   help="relaxed sensitivity from the reference: narrowest 90 %% range (default) or the "
+                        "paper's 95th - 5th percentile")
     e.add_argument("--split", choices=("otsu", "trimmed_gap", "gap"), default="otsu",
-                   help="FP/TP split of line 3 (default otsu)")
+                   help="2017 reconstruction: FP/TP split of line 3 (default otsu)")
     e.add_argument("--no-guard", dest="guard", action="store_false",
-                   help="accept every FP/TP split (default: only clearly bimodal ones)")
+                   help="2017 reconstruction: accept every FP/TP split (default: only clearly bimodal ones)")
     e.add_argument("--kappa-sep", type=float, default=3.0,
-                   help="guard: class means at least this many pooled sds apart (default 3; 0 = off)")
+                   help="2017 reconstruction, guard: class means this many pooled sds apart (default 3; 0 = off)")
     e.add_argument("--kappa-gap", type=float, default=0.0,
-                   help="guard: gap at the threshold above this many median spacings (default 0 = off)")
+                   help="2017 reconstruction, guard: gap above this many median spacings (default 0 = off)")
     e.add_argument("--bound", choices=("R1", "R2", "R3"), default="R1",
-                   help="upper bound of FN_L3, SPEC 1.5 (default R1)")
+                   help="2017 reconstruction: upper bound of FN_L3, SPEC 1.5 (default R1)")
     e.add_argument("--dbscan-eps", type=float, default=12.0, help="DBSCAN eps in data units (default 12)")
-    e.add_argument("--dbscan-min-samples", type=int, default=60, help="DBSCAN min_samples (default 60)")
+    e.add_argument("--dbscan-min-samples", type=int,
+                   help="DBSCAN min_samples (default: calibrated per separation on the reference)")
     e.add_argument("--out", default="out/paper1", help="output directory (default out/paper1)")
-    e.add_argument("--seed", type=int, default=1, help="seed of data and noise (default 1)")
     e3 = sub.add_parser("paper3", help="paper 3 on Adult: DP-PCA error vs LAP/EXP, DP-LDA accuracy and AUC",
                         description="Reproduce paper 3 (SPEC 3.7) on UCI Adult; writes results.md, runs.csv and "
                                     "paper3.png. The defaults take about a minute; --full uses the paper's sizes.",
@@ -149,8 +164,10 @@ def do_experiment(args: argparse.Namespace) -> int:
     if args.experiment == "paper3":
         return _do_paper3(args)
     from dpsense.cloud.experiments.paper1 import Paper1Config, main
-    cfg = Paper1Config(separations=args.separations, epsilons=args.epsilons, runs=args.runs, n=args.n,
-                       shape=args.shape, split=args.split, bound=args.bound, guard=args.guard,
-                       kappa_sep=args.kappa_sep, kappa_gap=args.kappa_gap, dbscan_eps=args.dbscan_eps,
-                       dbscan_min_samples=args.dbscan_min_samples, seed=args.seed)
+    cfg = Paper1Config(separations=args.separations, epsilons=args.epsilons,
+                       seeds=parse_ints("--seeds", args.seeds), runs=args.runs, n=args.n, shape=args.shape,
+                       mode=args.mode, alpha=args.alpha, skip_margin=args.skip_margin,
+                       band_width=args.band_width, sensitivity=args.sensitivity, split=args.split,
+                       bound=args.bound, guard=args.guard, kappa_sep=args.kappa_sep, kappa_gap=args.kappa_gap,
+                       dbscan_eps=args.dbscan_eps, dbscan_min_samples=args.dbscan_min_samples)
     return main(cfg, args.out)

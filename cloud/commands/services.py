@@ -241,7 +241,8 @@ def do_status(args: argparse.Namespace) -> int:
 
 def parser_analyst(p: argparse.ArgumentParser) -> None:
     p.epilog = examples("dpsense analyst", "dpsense analyst --window 20000 --flush-idle 5",
-                        "dpsense analyst --no-ingest --detector kr --dbscan-eps 8 --dbscan-min-samples 20")
+                        "dpsense analyst --no-ingest --detector kr --dbscan-eps 8 --dbscan-min-samples 20",
+                        "dpsense analyst --correction-mode paper --skip-margin 0.1")
     p.add_argument("--dbscan-eps", type=float, help="DBSCAN radius in data units (default: profile.json, else 12)")
     p.add_argument("--dbscan-min-samples", type=int, help="DBSCAN min_samples (default: profile.json, else 60)")
     p.add_argument("--quantum", type=float, help="units per quantum (default: profile.json, else 0.01)")
@@ -266,6 +267,15 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
                    help="seconds after a window closed during which a round that lacks correction records is "
                         "retried rather than completed without them (default 600)")
     p.add_argument("--webhook", help="POST each window's new candidates as JSON to this http(s) URL")
+    p.add_argument("--correction-mode", choices=("paper", "bands"), default="bands",
+                   help="correction round: paper (SPEC 1.5 messages) or bands (radial index sets; "
+                        "default); the correction server must run the same mode")
+    p.add_argument("--band-width", type=float,
+                   help="mode bands: band width in data units (default: profile.json; until it exists, "
+                        "windows are held)")
+    p.add_argument("--skip-margin", type=float, default=0.05,
+                   help="mode paper: no round when |O'| is within this share of the expected outlier count "
+                        "(default 0.05; negative: always run the round)")
     p.add_argument("--no-ingest", action="store_true",
                    help="only detect; other processes run `dpsense ingest --role analyst` and `--role status`")
     add_password(p)
@@ -282,17 +292,26 @@ def window_arg(text: str) -> "WindowSpec":
 
 def do_analyst(args: argparse.Namespace) -> int:
     from dpsense.cloud.analyst import Analyst, AnalystParams
+    from dpsense.cloud.profile import load_profile
     from dpsense.cloud.storage import open_analyst_store
     st = settings_from(args)
     if args.flush_idle is not None and args.window.seconds is not None:
         raise UsageError("--flush-idle applies to count windows; time windows close on the clock")
     if args.exit_when_done and args.flush_idle is None:
         raise UsageError("--exit-when-done needs --flush-idle (and count windows)")
+    if args.band_width is not None and not args.band_width > 0:
+        raise UsageError("--band-width must be > 0 data units")
     quantum = profile_default(args, st, "quantum", 0.01)
+    prof = load_profile(st.data_dir)
+    band_q = args.band_width / quantum if args.band_width is not None else (
+        prof.band_width_q if prof is not None else 0.0)
     params = AnalystParams(eps_q=profile_default(args, st, "dbscan_eps", 12.0) / quantum,
                            min_samples=int(profile_default(args, st, "dbscan_min_samples", 60)),
                            window=args.window, detector=args.detector, min_window=args.min_window,
-                           round_timeout=args.round_timeout, max_hold=args.max_hold)
+                           round_timeout=args.round_timeout, max_hold=args.max_hold,
+                           mode=args.correction_mode, band_width_q=band_q,
+                           centre_q=tuple(map(float, prof.centre_q)) if prof is not None else None,
+                           skip_margin=args.skip_margin)
     if args.webhook:
         from dpsense.cloud.alerts import check_webhook
         try:
@@ -303,7 +322,8 @@ def do_analyst(args: argparse.Namespace) -> int:
     opener = lambda: open_analyst_store(st.analyst_db)  # noqa: E731
     opener().close()            # create the database once, before two threads open it
     pw = broker_password(args, "analyst")
-    analyst = Analyst(connection_for(st, "analyst", pw), opener, params, webhook=args.webhook)
+    analyst = Analyst(connection_for(st, "analyst", pw), opener, params, webhook=args.webhook,
+                      profile=lambda: load_profile(st.data_dir))
     ingests: list[IngestThread] = []
     if not args.no_ingest:
         ingests = [IngestThread(connection_for(st, "analyst" + suffix, pw), opener, role, stop)
@@ -322,10 +342,16 @@ def do_analyst(args: argparse.Namespace) -> int:
 
 
 def parser_correction(p: argparse.ArgumentParser) -> None:
-    p.epilog = examples("dpsense correction-server", "dpsense correction-server --w-o 1500 --split gap")
+    p.epilog = examples("dpsense correction-server",
+                        "dpsense correction-server --correction-mode paper --split gap --w-o 1500")
     p.add_argument("--w-o", type=float, help="outlier-layer width in quanta (default: profile.json)")
-    p.add_argument("--split", choices=("otsu", "trimmed_gap", "gap"), default="otsu",
-                   help="FP/TP split rule (SPEC 1.5; default otsu)")
+    p.add_argument("--correction-mode", choices=("paper", "bands"), default="bands",
+                   help="the one round mode this server answers (default bands); others get an error reply")
+    p.add_argument("--split", choices=("noise", "otsu", "trimmed_gap", "gap"), default="noise",
+                   help="mode paper: FP/TP split rule; noise (default) is the never-worse rule with the "
+                        "provable FN layers, otsu/trimmed_gap/gap the 2017 reconstruction (SPEC 1.5)")
+    p.add_argument("--alpha", type=float, default=0.005,
+                   help="split noise: bound on P(d_diff > tau) for any row (default 0.005)")
     p.add_argument("--bound", choices=("R1", "R2", "R3"), default="R1", help="FN_L3 upper bound (default R1)")
     p.add_argument("--no-guard", action="store_true", help="accept every split (paper-literal; not advised)")
     p.add_argument("--no-ingest", action="store_true", help="only answer rounds; another process ingests")
@@ -340,21 +366,41 @@ def do_correction(args: argparse.Namespace) -> int:
     from dpsense.cloud.storage import open_correction_store
     st = settings_from(args)
     stop = stop_on_sigterm()
+    noise = args.split == "noise"
+    # Mode bands and the never-worse split need the relaxed sensitivities and epsilon (the
+    # normal radius, the noise scale), which only the profile gives.
+    needs_profile = args.correction_mode == "bands" or noise
+    path = st.data_dir / "profile.json"
+    if args.correction_mode == "bands":
+        waiting = "the normal radius is not known yet (mode bands takes it from %s)" % path
+    elif noise:
+        waiting = ("w_O, the noise scale and the normal radius are not known yet (the never-worse split takes "
+                   "them from %s)" % path)
+    else:
+        waiting = "w_O is not known yet (no --w-o, no %s)" % path
+
     def params(w_o: float | None = args.w_o) -> CorrectionParams | None:
-        # w_O may arrive after the server started: profile.json is read until it exists.
+        # The profile may arrive after the server started: it is read until it exists.
+        prof = load_profile(st.data_dir) if w_o is None or needs_profile else None
+        if prof is None and (w_o is None or needs_profile):
+            return None
         if w_o is None:
-            prof = load_profile(st.data_dir)
-            if prof is None:
-                return None
+            assert prof is not None
             w_o = prof.w_o_q
-        return CorrectionParams(w_o=float(w_o), split=args.split, bound=args.bound, guard=not args.no_guard)
-    if params() is None:
-        print("correction server: w_O not known yet (no --w-o, no %s); storing correction records and "
-              "refusing rounds until it is" % (st.data_dir / "profile.json"), file=sys.stderr, flush=True)
+        return CorrectionParams(w_o=float(w_o), split=args.split, bound=args.bound, guard=not args.no_guard,
+                                layers="provable" if noise else "paper", alpha=args.alpha,
+                                noise_scale=prof.noise_scale_q() if prof is not None else 0.0,
+                                columns=len(prof.delta_q) if prof is not None else 2,
+                                normal_radius=prof.normal_radius_q() if prof is not None else 0.0)
+    if not 0 < args.alpha < 1:
+        raise UsageError("--alpha must be in (0, 1)")
+    if args.w_o is not None and not args.w_o >= 0:
+        raise UsageError("--w-o must be >= 0 quanta")
     opener = lambda: open_correction_store(st.correction_db)  # noqa: E731
     opener().close()            # create the database once, before two threads open it
     pw = broker_password(args, "correction")
-    server = CorrectionServer(connection_for(st, "correction", pw), params, opener)
+    server = CorrectionServer(connection_for(st, "correction", pw), params, opener, mode=args.correction_mode,
+                              waiting=waiting)
     ingest = None
     if not args.no_ingest:
         ingest = IngestThread(connection_for(st, "correction" + INGEST_SUFFIX, pw), opener,

@@ -2,14 +2,25 @@
 
 JSON objects on ``dpsense/round/to-cs`` and ``dpsense/round/to-analyst``; every message
 carries the round id and its step. The round id counts the analyst's attempts (a held window's
-retry is a new round); it names no window, device group or device:
+retry is a new round); it names no window, device group or device. The first step names the
+mode of the round (``MODES``); a correction server answers only the mode it runs and replies
+``error`` to any other.
+
+Mode ``paper`` (SPEC 1.5):
 
     A -> CS  presumed   tokens of the window (order = row positions), O' as positions
-    CS -> A  split      d_TP and w_O                         (SPEC 1.5 line 3)
+    CS -> A  split      d_TP and w_O                         (line 3)
     A -> CS  rows       I_L2 and I_L3 as positions           (line 4)
     CS -> A  result     FP and FN = FN_L1 | FN_L2 | FN_L3    (line 5-6)
 
+Mode ``bands`` (cloud/correction/bands.py):
+
+    A -> CS  bands      tokens, band width, the lower edge of each non-empty band and
+                        its rows as positions
+    CS -> A  result     R (positions) and the positions without a correction record
+
 Nothing else crosses: no values, no d_diff, no device identity (tokens are random).
+docs/protocol.md lists the fields.
 """
 from __future__ import annotations
 
@@ -23,7 +34,10 @@ import numpy as np
 from dpsense.cloud.errors import RoundError
 from dpsense.protocol.layout import TOKEN_SIZE
 
-STEPS = ("presumed", "split", "rows", "result", "error")
+STEPS = ("presumed", "split", "rows", "bands", "result", "error")
+MODES = ("paper", "bands")
+#: The step that opens a round of each mode.
+OPENING = {"paper": "presumed", "bands": "bands"}
 
 
 def encode(step: str, round_id: int, **fields: Any) -> bytes:
@@ -33,6 +47,8 @@ def encode(step: str, round_id: int, **fields: Any) -> bytes:
     for k, v in fields.items():
         if isinstance(v, np.ndarray):
             v = [int(x) for x in v]
+        elif isinstance(v, list):
+            v = [[int(x) for x in a] if isinstance(a, np.ndarray) else a for a in v]
         elif isinstance(v, float) and not math.isfinite(v):
             v = None if math.isnan(v) else ("inf" if v > 0 else "-inf")
         body[k] = v
@@ -79,3 +95,19 @@ def number(body: dict[str, Any], key: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise RoundError("%s must be a number" % key)
     return float(v)
+
+
+def bands_of(body: dict[str, Any], n: int) -> tuple[float, list[float], list[np.ndarray]]:
+    """``(width, edges, index sets)`` of a ``bands`` message; row positions checked against n."""
+    width = number(body, "width")
+    edges, sets = body.get("edges"), body.get("bands")
+    if not isinstance(edges, list) or not all(isinstance(e, (int, float)) and not isinstance(e, bool)
+                                              for e in edges):
+        raise RoundError("edges must be a list of numbers")
+    if not isinstance(sets, list) or len(sets) != len(edges):
+        raise RoundError("bands must be a list of position lists, one per edge")
+    out = []
+    for k in range(len(sets)):
+        key = "bands[%d]" % k
+        out.append(positions({key: sets[k]}, key, n))
+    return width, [float(e) for e in edges], out

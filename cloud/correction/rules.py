@@ -7,15 +7,49 @@
 
 Inputs are numpy arrays over the rows of one window: ``d_diff[i]`` is the distance
 difference of row ``i`` (held by the correction server CS), ``dist_perturbed[i]`` the
-distance of the perturbed row from the perturbed centre (held by the analyst A), and
+distance of the perturbed row from the centre (held by the analyst A), and
 ``presumed`` the row positions of the presumed outliers O' (A's detector on the
 perturbed data). Index sets are sorted int arrays of row positions. All distances are
-in one unit (quanta or scaled units), which ``w_o`` shares.
+in one unit (quanta or scaled units), which ``w_o``, ``noise_scale`` and
+``normal_radius`` share.
 
 Each function needs only what its party holds, so a service can run line 3 and 5 on
 the correction server and line 4 on the analyst and send between them exactly the
 messages of the paper: O' (A -> CS), d_TP and w_O (CS -> A), I_L2 and I_L3 (A -> CS),
 FP and FN (CS -> A).
+
+Two rule sets run on these messages:
+
+* the reconstruction of the paper (``split`` gap, trimmed_gap or otsu, the bimodality
+  guard, ``layers="paper"`` with the FN_L3 bound R1-R3), for reproduction;
+* the never-worse rule (``split="noise"``, ``layers="provable"``), stated here.
+
+The never-worse rule. Let b be the largest per-column noise scale (public: relaxed
+sensitivity / epsilon), m the number of columns, rho the normal radius (public: half
+the diagonal of the relaxed-sensitivity box, ``|RS| / 2``), c the provisioned centre,
+and let A measure ``dist_perturbed`` from c. Then
+
+* line 3 removes a presumed outlier only if ``d_diff > tau``, ``tau = kappa b + m + 1``,
+  where kappa solves ``exp(-kappa) sum_{j<m} kappa^j / j! = alpha``;
+* line 5 adds a row outside O' only if its raw distance from c provably exceeds rho:
+  FN_L1 = {i not in O' : d_diff < -rho - 1}, FN_L2 = {i in I_L2 : d_diff < d_TP - rho - 1},
+  FN_L3 = {i in I_L3 : d_diff < d_TP + w_O - rho - 1};
+* and the analyst skips the round (R = O') when ``|O'|`` is already within ``margin``
+  of the expected outlier share ``p n`` (:func:`needs_round`).
+
+Guarantee, for every window and any noise: the rows of R not in O' all have a raw
+distance from c above rho (no normal reading is ever added), and the rows of O' not in
+R all have ``d_diff > tau``. Under the noise model, every row has ``P(d_diff > tau) <= alpha``
+whatever its raw value (``d_diff <= |Y|_2 + 1 <= |Y|_1 + 1``, and each discrete Laplace
+``|Y_j|`` is stochastically below an exponential of scale b plus 1, so ``|Y|_1`` is
+below a Gamma(m, b) plus m). Hence the expected number of true outliers the correction
+removes is at most ``alpha |O|``: recall never falls more than alpha below the
+uncorrected O' in expectation, and every row the correction adds is abnormal. The
+deterministic half is checked on random windows by tests/cloud/test_never_worse.py, the
+bound on ``P(d_diff > tau)`` by tests/statistical/test_noise_split.py.
+
+Rounding: ``d_diff`` is the difference of two distances each rounded to a quantum, so it
+is within 1 of the exact difference; the ``+ 1`` terms above absorb that.
 """
 from __future__ import annotations
 
@@ -25,8 +59,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SPLITS = ("gap", "trimmed_gap", "otsu")
+SPLITS = ("gap", "trimmed_gap", "otsu", "noise")
 BOUNDS = ("R1", "R2", "R3")
+LAYERS = ("paper", "provable")
 _EMPTY = np.empty(0, dtype=np.intp)
 
 
@@ -38,10 +73,12 @@ class CorrectionParams:
     ----------
     w_o : float
         Width of the outlier layer, from historical data (SPEC 1.6.2), ``>= 0``.
-    split : {"otsu", "trimmed_gap", "gap"}
+    split : {"otsu", "trimmed_gap", "gap", "noise"}
         Line 3 threshold rule. ``"gap"`` is the paper's largest gap between sorted
         distance differences; ``"trimmed_gap"`` searches only the central ``central``
-        share of them; ``"otsu"`` maximises the between-class variance.
+        share of them; ``"otsu"`` maximises the between-class variance; ``"noise"`` cuts
+        at ``tau = kappa b + m + 1`` from the noise model (:func:`noise_threshold`) and
+        ignores the guard.
     bound : {"R1", "R2", "R3"}
         Upper bound of FN_L3: R1 ``min(d_FP, d_TP + w_O)``, R2 ``d_FP``, R3 none.
     guard : bool
@@ -58,6 +95,20 @@ class CorrectionParams:
         ``[0, 0.5)``; a split that isolates a handful of extreme rows is not bimodality.
     central : float
         Share of the sorted values searched by ``"trimmed_gap"``, in ``(0, 1]``.
+    layers : {"paper", "provable"}
+        Line 5 rules: the paper's three layers with ``bound``, or the layers that add
+        only rows whose raw distance provably exceeds ``normal_radius``.
+    noise_scale : float
+        b, the largest per-column noise scale (relaxed sensitivity / epsilon), ``> 0``
+        for ``split="noise"``.
+    columns : int
+        m, the number of perturbed columns (``>= 1``).
+    alpha : float
+        ``split="noise"``: bound on the probability that any one row, outlier or not,
+        has ``d_diff > tau``, in ``(0, 1)``.
+    normal_radius : float
+        rho, the distance from the provisioned centre within which a reading is normal;
+        ``> 0`` for ``layers="provable"``.
     """
 
     w_o: float
@@ -68,6 +119,11 @@ class CorrectionParams:
     kappa_sep: float = 3.0
     min_class: float = 0.05
     central: float = 0.98
+    layers: str = "paper"
+    noise_scale: float = 0.0
+    columns: int = 2
+    alpha: float = 0.005
+    normal_radius: float = 0.0
 
     def __post_init__(self) -> None:
         _real("w_o", self.w_o)
@@ -83,6 +139,22 @@ class CorrectionParams:
             raise ValueError("min_class must be in [0, 0.5), got %r" % (self.min_class,))
         if not 0 < _real("central", self.central) <= 1:
             raise ValueError("central must be in (0, 1], got %r" % (self.central,))
+        if self.layers not in LAYERS:
+            raise ValueError("layers must be one of %s, got %r" % (LAYERS, self.layers))
+        if isinstance(self.columns, bool) or not isinstance(self.columns, int) or self.columns < 1:
+            raise ValueError("columns must be an int >= 1, got %r" % (self.columns,))
+        if not 0 < _real("alpha", self.alpha) < 1:
+            raise ValueError("alpha must be in (0, 1), got %r" % (self.alpha,))
+        if self.split == "noise" and not _real("noise_scale", self.noise_scale) > 0:
+            raise ValueError("split 'noise' needs noise_scale > 0 (relaxed sensitivity / epsilon)")
+        if self.layers == "provable" and not _real("normal_radius", self.normal_radius) > 0:
+            raise ValueError("layers 'provable' needs normal_radius > 0")
+        _real("noise_scale", self.noise_scale)
+        _real("normal_radius", self.normal_radius)
+
+    def tau(self) -> float:
+        """The noise split's threshold (``split="noise"``)."""
+        return noise_threshold(self.noise_scale, self.columns, self.alpha)
 
 
 def _real(name: str, value: object) -> float:
@@ -91,6 +163,57 @@ def _real(name: str, value: object) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError("%s must be finite and >= 0, got %r" % (name, value))
     return float(value)
+
+
+def gamma_tail(m: int, kappa: float) -> float:
+    """``P(G > kappa b)`` for G ~ Gamma(m, b): ``exp(-kappa) sum_{j<m} kappa^j / j!``."""
+    term, total = 1.0, 1.0
+    for j in range(1, m):
+        term *= kappa / j
+        total += term
+    return math.exp(-kappa) * total
+
+
+def noise_kappa(m: int, alpha: float) -> float:
+    """The kappa with ``gamma_tail(m, kappa) = alpha`` (bisection; the tail falls in kappa)."""
+    if not 0 < alpha < 1:
+        raise ValueError("alpha must be in (0, 1), got %r" % (alpha,))
+    lo, hi = 0.0, 1.0
+    while gamma_tail(m, hi) > alpha:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if gamma_tail(m, mid) > alpha:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def noise_threshold(noise_scale: float, columns: int, alpha: float) -> float:
+    """tau with ``P(d_diff > tau) <= alpha`` for every row (module docstring)."""
+    return noise_kappa(columns, alpha) * float(noise_scale) + columns + 1.0
+
+
+def normal_radius(sensitivity: object) -> float:
+    """rho = |RS| / 2: the distance from the centre of the relaxed-sensitivity box (one
+    width RS_j per column, centred on the provisioned centre) to its corners."""
+    rs = np.asarray(sensitivity, dtype=float)
+    if rs.ndim != 1 or rs.size == 0 or not np.isfinite(rs).all() or (rs <= 0).any():
+        raise ValueError("sensitivity must be a non-empty 1-D array of widths > 0")
+    return float(np.linalg.norm(rs)) / 2.0
+
+
+def needs_round(n_presumed: int, n: int, outlier_share: float, margin: float) -> bool:
+    """Analyst, before line 2: is a correction round worth running for this window?
+
+    False when ``|O'|`` is within ``margin`` (relative) of the expected outlier count
+    ``outlier_share * n``: the detector already returned about as many rows as there are
+    outliers, the correction has nothing to trim, and R = O'. A negative margin never
+    skips.
+    """
+    expected = outlier_share * n
+    return abs(n_presumed - expected) > margin * expected
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,6 +310,8 @@ def split_presumed(d_diff: object, presumed: object, params: CorrectionParams) -
 
 
 def _split(d: np.ndarray, p: np.ndarray, params: CorrectionParams) -> Split:
+    if params.split == "noise":
+        return _noise_split(d, p, params.tau())
     if p.size < 2:
         return _no_split(d, p, math.nan)
     v = np.sort(d[p])
@@ -199,6 +324,16 @@ def _split(d: np.ndarray, p: np.ndarray, params: CorrectionParams) -> Split:
     fp_mask = d[p] > tau
     fp, tp = p[fp_mask], p[~fp_mask]
     return Split(fp=fp, tp=tp, d_tp=float(v[0]), d_fp=float(v[cut + 1]), threshold=tau, accepted=True)
+
+
+def _noise_split(d: np.ndarray, p: np.ndarray, tau: float) -> Split:
+    v = d[p]
+    fp_mask = v > tau
+    if not fp_mask.any():
+        return _no_split(d, p, tau)
+    fp, tp = p[fp_mask], p[~fp_mask]
+    d_tp = float(v[~fp_mask].min()) if tp.size else math.inf
+    return Split(fp=fp, tp=tp, d_tp=d_tp, d_fp=float(v[fp_mask].min()), threshold=tau, accepted=True)
 
 
 def _no_split(d: np.ndarray, p: np.ndarray, tau: float) -> Split:
@@ -276,6 +411,10 @@ def false_negatives(d_diff: object, presumed: object, rows: RowReduction, split:
 
     When TP is empty (d_TP = +inf) L2 and L3 are empty. When d_TP < 0, L2 is empty and
     L3 may share rows with L1. No row of O' (hence of FP) is ever returned.
+
+    With ``params.layers == "provable"`` the layers are those of the never-worse rule
+    (module docstring): the same sets I_L2 and I_L3, each row kept only when its raw
+    distance provably exceeds ``normal_radius``.
     """
     d, p = check_window(d_diff, presumed)
     return _false_negatives(d, _outside(d.size, p), rows, split, params)
@@ -283,6 +422,8 @@ def false_negatives(d_diff: object, presumed: object, rows: RowReduction, split:
 
 def _false_negatives(d: np.ndarray, outside: np.ndarray, rows: RowReduction, split: Split,
                      params: CorrectionParams) -> FalseNegatives:
+    if params.layers == "provable":
+        return _provable_false_negatives(d, outside, rows, split, params)
     l1 = np.flatnonzero(outside & (d < 0))
     d_tp = split.d_tp
     if math.isinf(d_tp):
@@ -294,6 +435,22 @@ def _false_negatives(d: np.ndarray, outside: np.ndarray, rows: RowReduction, spl
     upper = {"R1": min(split.d_fp, d_tp + params.w_o), "R2": split.d_fp, "R3": math.inf}[params.bound]
     v3 = d[i_l3]
     l3 = i_l3[(v3 >= d_tp) & (v3 < upper)]
+    return FalseNegatives(l1=l1, l2=l2, l3=l3)
+
+
+def _provable_false_negatives(d: np.ndarray, outside: np.ndarray, rows: RowReduction, split: Split,
+                              params: CorrectionParams) -> FalseNegatives:
+    # A row of I_L has |x' - c| >= t, so its raw distance is at least t - d_diff - 1
+    # (L1: t = 0); it is added only when that lower bound exceeds rho.
+    slack = params.normal_radius + 1.0
+    l1 = np.flatnonzero(outside & (d < -slack))
+    d_tp = split.d_tp
+    if math.isinf(d_tp):
+        return FalseNegatives(l1=l1, l2=_EMPTY, l3=_EMPTY)
+    i_l2 = _rows_outside(rows.i_l2, outside)
+    i_l3 = _rows_outside(rows.i_l3, outside)
+    l2 = i_l2[d[i_l2] < d_tp - slack]
+    l3 = i_l3[d[i_l3] < d_tp + params.w_o - slack]
     return FalseNegatives(l1=l1, l2=l2, l3=l3)
 
 

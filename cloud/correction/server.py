@@ -1,15 +1,18 @@
-"""The correction server's side of a round: lines 3 and 5 of SPEC 1.5 over MQTT.
+"""The correction server's side of a round: lines 3 and 5 of SPEC 1.5, or mode bands, over MQTT.
 
 It holds (token, d_diff) pairs in its own store and answers the analyst's round
-messages. A window row whose correction record has not arrived is left out of every
-decision: a presumed outlier without d_diff stays a true positive (the paper never drops
-a true positive without evidence) and such a row is never proposed as a false negative.
+messages in the one mode it runs (``paper`` or ``bands``). A window row whose
+correction record has not arrived is left out of every decision: a presumed outlier
+without d_diff stays a true positive (the paper never drops a true positive without
+evidence), such a row is never proposed as a false negative, and in mode bands it is
+returned as unknown so that the analyst keeps its own verdict.
 
-The server may start before w_O is known (no profile yet): it stores correction records
-from the start and answers a round with an error until its parameters resolve, so the
-analyst holds the window and retries. Its round subscription is a clean session: a round
-sent while the server was down is not queued for it (the analyst retries it under a new
-round id), so a restarted server never works through a backlog of abandoned rounds.
+The server may start before its parameters are known (no profile yet: w_O for mode paper,
+the normal radius for mode bands): it stores correction records from the start and answers
+a round with an error until its parameters resolve, so the analyst holds the window and
+retries. Its round subscription is a clean session: a round sent while the server was down
+is not queued for it (the analyst retries it under a new round id), so a restarted server
+never works through a backlog of abandoned rounds.
 """
 from __future__ import annotations
 
@@ -26,7 +29,9 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from dpsense.cloud import topics
 from dpsense.cloud.correction import messages as msg
+from dpsense.cloud.correction.bands import Bands, band_candidates, lower_edges
 from dpsense.cloud.correction.rules import CorrectionParams, RowReduction, Split, false_negatives, split_presumed
+from dpsense.cloud.errors import UsageError
 from dpsense.cloud.ingest.service import Connection
 from dpsense.cloud.session import Session
 
@@ -42,14 +47,25 @@ class _Round:
     started: float = field(default_factory=time.monotonic)
 
 
+def check_mode(mode: str, params: CorrectionParams) -> None:
+    """A server configured for ``mode`` with ``params`` can answer its rounds (UsageError, a
+    ValueError, if not)."""
+    if mode not in msg.MODES:
+        raise UsageError("correction mode must be one of %s, got %r" % (msg.MODES, mode))
+    if mode == "bands" and not params.normal_radius > 0:
+        raise UsageError("correction mode bands needs a normal radius > 0")
+
+
 class CorrectionRounds:
     """Pure round logic: feed decoded messages, get replies. No I/O."""
 
     def __init__(self, params: CorrectionParams, lookup: Callable[[list[bytes]], dict[bytes, int]],
-                 grace: float = 5.0) -> None:
+                 grace: float = 5.0, mode: str = "paper") -> None:
+        check_mode(mode, params)
         self.params = params
         self.lookup = lookup
         self.grace = grace
+        self.mode = mode
         self._rounds: dict[int, _Round] = {}
 
     def _lookup_all(self, tokens: list[bytes]) -> dict[bytes, int]:
@@ -64,10 +80,16 @@ class CorrectionRounds:
     def handle(self, body: dict[str, Any]) -> bytes | None:
         rid = body["round"]
         try:
+            for mode, step in msg.OPENING.items():
+                if body["step"] == step and mode != self.mode:
+                    raise msg.RoundError("this correction server answers mode %r rounds only, not %r"
+                                         % (self.mode, mode))
             if body["step"] == "presumed":
                 return self._presumed(rid, body)
             if body["step"] == "rows":
                 return self._rows(rid, body)
+            if body["step"] == "bands":
+                return self._bands(rid, body)
         except msg.RoundError as e:
             return msg.encode("error", rid, reason=str(e))
         return None
@@ -110,6 +132,21 @@ class CorrectionRounds:
         return msg.encode("result", rid, fp=fp, fn=fn_all, fn_l1=len(layers[0]), fn_l2=len(layers[1]),
                           fn_l3=len(layers[2]), missing=r.missing, split_accepted=bool(r.split.accepted))
 
+    def _bands(self, rid: int, body: dict[str, Any]) -> bytes:
+        tokens = msg.tokens_of(body)
+        n = len(tokens)
+        width, edges, sets = msg.bands_of(body, n)
+        try:
+            lower = lower_edges(n, Bands(edges=np.asarray(edges), members=sets, width=width))
+        except ValueError as e:
+            raise msg.RoundError(str(e)) from None
+        found = self._lookup_all(tokens)
+        known = np.array([i for i, t in enumerate(tokens) if t in found], dtype=np.intp)
+        d_known = np.array([found[tokens[i]] for i in known], dtype=float)
+        r = known[band_candidates(d_known, lower[known], self.params.normal_radius)]
+        unknown = np.setdiff1d(np.arange(n, dtype=np.intp), known)
+        return msg.encode("result", rid, r=r, unknown=unknown, missing=int(unknown.size))
+
     def _forget_old(self, max_age: float = 600.0) -> None:
         now = time.monotonic()
         for rid in [k for k, v in self._rounds.items() if now - v.started > max_age]:
@@ -123,10 +160,17 @@ class CorrectionServer:
     """
 
     def __init__(self, conn: Connection, params: CorrectionParams | Callable[[], CorrectionParams | None],
-                 open_store: Callable[[], Any], log: Callable[[str], None] | None = None) -> None:
+                 open_store: Callable[[], Any], log: Callable[[str], None] | None = None,
+                 mode: str = "paper", waiting: str = "its parameters are not known yet") -> None:
+        if not callable(params):
+            check_mode(mode, params)
+        elif mode not in msg.MODES:
+            raise UsageError("correction mode must be one of %s, got %r" % (msg.MODES, mode))
         self.conn = conn
         self._resolve = params if callable(params) else (lambda: params)
         self.params: CorrectionParams | None = None
+        self.mode = mode
+        self.waiting = waiting
         self.open_store = open_store
         self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
         self._q: queue.Queue[bytes] = queue.Queue()
@@ -145,10 +189,23 @@ class CorrectionServer:
         if self.session.accepted(reason):
             client.subscribe(topics.ROUND_TO_CS, qos=1)
 
+    def _rounds(self, lookup: Callable[[list[bytes]], dict[bytes, int]]) -> CorrectionRounds | None:
+        """The round logic once the parameters are known (None until then)."""
+        self.params = self._resolve()
+        if self.params is None:
+            return None
+        check_mode(self.mode, self.params)
+        self.log("correction server: mode %s, w_O = %g quanta, normal radius %g quanta; answering rounds"
+                 % (self.mode, self.params.w_o, self.params.normal_radius))
+        return CorrectionRounds(self.params, lookup, mode=self.mode)
+
     def run(self, stop: threading.Event) -> None:
         self.session.start(self._client)
         store = self.open_store()
         rounds: CorrectionRounds | None = None
+        if self._resolve() is None:
+            self.log("correction server: %s; storing correction records and refusing rounds until then"
+                     % self.waiting)
         try:
             while not stop.is_set():
                 try:
@@ -161,19 +218,17 @@ class CorrectionServer:
                     self.log("correction server: ignored round message: %s" % e)
                     continue
                 if rounds is None:
-                    self.params = self._resolve()
-                    if self.params is None:
-                        self.log("correction server: round %d refused: w_O is not known yet" % body["round"])
+                    rounds = self._rounds(store.lookup)
+                    if rounds is None:
+                        self.log("correction server: round %d refused: %s" % (body["round"], self.waiting))
                         self._client.publish(topics.ROUND_TO_ANALYST, msg.encode(
-                            "error", body["round"], reason="w_O (the outlier-layer width) is not known yet; "
-                            "give the correction server --w-o or a profile"), qos=1)
+                            "error", body["round"], reason="the correction server refuses rounds: %s"
+                            % self.waiting), qos=1)
                         continue
-                    self.log("correction server: w_O = %g quanta; answering rounds" % self.params.w_o)
-                    rounds = CorrectionRounds(self.params, store.lookup)
                 reply = rounds.handle(body)
                 if reply is not None:
                     self._client.publish(topics.ROUND_TO_ANALYST, reply, qos=1)
-                    if body["step"] == "rows":
+                    if body["step"] in ("rows", "bands"):
                         self.rounds_done += 1
                         self.log("correction server: round %d answered" % body["round"])
         finally:

@@ -74,7 +74,6 @@ function el(tag, attrs, text) {
   return e;
 }
 const num = (n) => (n === null || n === undefined) ? null : n.toLocaleString("en-US");
-const known = (n) => (n === null || n === undefined) ? "not recorded" : num(n);
 
 function ago(t, now) {
   if (t === null || t === undefined) return "never";
@@ -99,18 +98,20 @@ function tile(id, value, isKnown) {
 }
 
 function drawSummary(s) {
-  tile("t-rate", s.rate.toFixed(1) + " /s", true);
+  tile("t-rate", s.rate === null ? "measuring" : s.rate.toFixed(1) + " /s", s.rate !== null);
   tile("t-stored", num(s.stored), true);
-  tile("t-ingested", known(s.ingested), s.ingested !== null);
-  tile("t-duplicates", known(s.duplicates), s.duplicates !== null);
+  tile("t-ingested", num(s.ingested), true);
+  tile("t-duplicates", num(s.duplicates), true);
   tile("t-dead", num(s.dead_letters), true);
-  tile("t-gaps", num(s.missing), true);
-  document.querySelector("#t-gaps .k").textContent = "gaps: missing sequence numbers, in " +
-    num(s.boots_with_gaps) + (s.boots_with_gaps === 1 ? " device boot" : " device boots");
-  tile("t-windows", known(s.windows_closed), s.windows_closed !== null);
-  tile("t-failed", known(s.rounds_failed), s.rounds_failed !== null);
-  const last = s.latency ? s.latency.last_s : null;
+  tile("t-gaps", num(s.gaps), true);
+  tile("t-windows", num(s.windows_closed), true);
+  tile("t-held", num(s.windows_held), true);
+  tile("t-failed", num(s.rounds_failed), true);
+  tile("t-carried", num(s.readings_carried), true);
+  const last = s.last_round_s;
   tile("t-latency", last === null ? "none yet" : last.toFixed(2) + " s", last !== null);
+  document.querySelector("#t-latency .k").textContent = "last correction round" + (s.rounds_completed ?
+    "; mean " + (s.round_seconds_total / s.rounds_completed).toFixed(2) + " s over " + num(s.rounds_completed) : "");
 }
 
 function fill(tableId, rows, cols, onRow) {
@@ -132,47 +133,84 @@ function fill(tableId, rows, cols, onRow) {
 
 function note(w) {
   const parts = [];
-  if (w.missing_corrections) parts.push(num(w.missing_corrections) + " readings without a correction record");
-  if (w.split_accepted === false) parts.push("split not accepted: candidates uncorrected");
+  if (w.state !== "done") {
+    parts.push(w.state === "held" ? "held after " + w.attempts + (w.attempts === 1 ? " attempt" : " attempts") +
+               (w.last_error ? ": " + w.last_error : "") : "awaiting its correction round");
+  }
+  if (w.missing) parts.push(num(w.missing) + " readings without a correction record, left out of the correction");
   return parts.join("; ");
 }
 
+const sameGroup = (ws) => ws.every((w) => w.group === ws[0].group);
+const windowName = (w) => "window " + w.id + " (" + w.group + " #" + w.seq + ")";
+
 function drawWindows(ws, now) {
-  latest = ws.length ? ws[0].window : null;
+  const done = ws.filter((w) => w.state === "done");
+  latest = done.length ? done[0].id : null;
   fill("windows", ws, [
-    ["window", (w) => w.window],
-    ["group", (w) => w.group === null ? "all" : w.group, "text"],
-    ["readings", (w) => num(w.readings)],
-    ["presumed", (w) => num(w.presumed)],
-    ["false_positives", (w) => num(w.false_positives)],
-    ["false_negatives", (w) => num(w.false_negatives)],
-    ["candidates", (w) => num(w.candidates)],
+    ["window", (w) => w.id],
+    ["group", (w) => w.group, "text"],
+    ["group_window", (w) => w.seq],
+    ["interval", (w) => new Date(w.start * 1000).toLocaleTimeString() + " – " +
+                        new Date(w.end * 1000).toLocaleTimeString() + (w.kind === "count" ? " (count)" : ""), "text"],
+    ["readings", (w) => num(w.n)],
+    ["state", (w) => w.state, "text"],
+    ["presumed", (w) => w.presumed === null ? "" : num(w.presumed)],
+    ["false_positives", (w) => w.removed_fp === null ? "" : num(w.removed_fp)],
+    ["false_negatives", (w) => w.added_fn === null ? "" : num(w.added_fn)],
+    ["candidates", (w) => w.candidates === null ? "" : num(w.candidates)],
     ["round_s", (w) => w.round_s === null ? "" : w.round_s.toFixed(2)],
-    ["closed", (w) => ago(w.closed_at, now)],
+    ["closed", (w) => ago(w.closed_at, now), "text"],
     ["note", note, "text note"],
   ], (tr, w) => {
-    tr.dataset.window = w.window;
+    tr.dataset.window = w.id;
+    tr.dataset.state = w.state;
     if (note(w)) tr.classList.add("warn");
-    if (w.window === (chosen === null ? latest : chosen)) tr.classList.add("chosen");
-    tr.addEventListener("click", () => { chosen = (w.window === latest) ? null : w.window; redrawChoice(); });
+    if (w.state !== "done") return;
+    if (w.id === (chosen === null ? latest : chosen)) tr.classList.add("chosen");
+    tr.addEventListener("click", () => { chosen = (w.id === latest) ? null : w.id; redrawChoice(); });
   });
   const pick = document.getElementById("window-pick");
-  const want = ["latest"].concat(ws.map((w) => String(w.window)));
-  if ([...pick.options].map((o) => o.value).join() !== want.join()) {
-    pick.replaceChildren(...want.map((v) => el("option", {value: v},
-      v === "latest" ? "latest" + (latest === null ? "" : " (" + latest + ")") : "window " + v)));
+  const want = [["latest", "latest" + (latest === null ? "" : " (" + windowName(done[0]) + ")")]]
+    .concat(done.map((w) => [String(w.id), windowName(w)]));
+  if ([...pick.options].map((o) => o.value + "=" + o.text).join() !== want.map((v) => v.join("=")).join()) {
+    pick.replaceChildren(...want.map(([v, text]) => el("option", {value: v}, text)));
   }
   pick.value = chosen === null ? "latest" : String(chosen);
 }
 
+function eps(x) {
+  return (x === null || x === undefined) ? "unknown" : String(Number(x.toPrecision(4)));
+}
+
 function drawDevices(ds, now) {
   fill("devices", ds, [
-    ["device", (d) => d.device],
+    ["device", (d) => d.device_id],
+    ["group", (d) => d.group, "text"],
     ["readings", (d) => num(d.readings)],
-    ["boots", (d) => d.boots],
-    ["missing", (d) => num(d.missing)],
-    ["candidates", (d) => known(d.candidates)],
+    ["candidates", (d) => num(d.candidates)],
     ["last_seen", (d) => ago(d.last_seen, now), "text"],
+    ["eps_window", (d) => eps(d.eps_window)],
+    ["eps_total", (d) => eps(d.eps_total)],
+    ["cap", (d) => eps(d.cap)],
+    ["eps_record_worst", (d) => eps(d.eps_record_worst)],
+    ["entropy", (d) => d.entropy === null ? "unknown" : d.entropy, "text"],
+  ], (tr, d) => {
+    if (d.status_at !== null) {
+      tr.title = "latest status: " + (d.status_event || "status") + ", " + ago(d.status_at, now) +
+        (d.ledger_window === null ? "" : "; ledger window " + d.ledger_window) +
+        (d.board ? "; board " + d.board : "");
+    }
+  });
+}
+
+function drawEvents(es, now) {
+  fill("events", es, [
+    ["at", (e) => ago(e.at, now), "text"],
+    ["kind", (e) => e.kind, "text"],
+    ["group", (e) => e.group === null ? "" : e.group, "text"],
+    ["window", (e) => e.window === null ? "" : e.window],
+    ["text", (e) => e.text, "text"],
   ]);
 }
 
@@ -245,10 +283,12 @@ function drawPlot(c) {
   }
   svg.replaceChildren(...g);
   const shownCands = c.presumed.length + c.added.length;
-  document.getElementById("plot-title").textContent = "Window " + c.window + ": " + num(c.candidates) +
+  document.getElementById("plot-title").textContent = "Window " + c.window + " (group " + c.group + ", its window #" +
+    c.group_window + "): " + num(c.candidates) +
     (c.candidates === 1 ? " candidate" : " candidates") + " among " + num(c.readings) + " readings" +
     (shownCands < c.candidates ? " (" + num(shownCands) + " plotted)" : "");
   document.getElementById("plot-title").dataset.candidates = c.candidates;
+  document.getElementById("plot-title").dataset.window = c.window;
   const others = c.readings - c.candidates - c.removed.length;
   const counts = {others: "sample of " + num(c.others.length) + " of " + num(Math.max(0, others)),
                   removed: num(c.removed.length), presumed: num(c.presumed.length), added: num(c.added.length)};
@@ -276,11 +316,11 @@ async function showWindow() {
   const w = chosen === null ? latest : chosen;
   const key = w + ":" + xCol + ":" + yCol;
   if (w === null) {
-    document.getElementById("plot-title").textContent = "No window has closed yet.";
+    document.getElementById("plot-title").textContent = "No window is done yet.";
     return;
   }
   if (key === shown) return;
-  if (!cache.has(w)) cache.set(w, await get("/api/candidates?window=" + w));
+  if (!cache.has(w)) cache.set(w, await get("/api/candidates?window=" + w));   // a done window never changes
   const c = cache.get(w);
   if (xCol >= c.columns) xCol = 0;
   if (yCol >= c.columns) yCol = Math.min(1, c.columns - 1);
@@ -305,16 +345,19 @@ function fail(e) {
 
 async function tick() {
   try {
-    const [s, w, d] = await Promise.all([get("/api/summary"), get("/api/windows?limit=20"), get("/api/devices")]);
+    const [s, w, d, e] = await Promise.all([get("/api/summary"), get("/api/windows?limit=20"), get("/api/devices"),
+                                            get("/api/events?limit=10")]);
     drawSummary(s.summary);
     drawWindows(w.windows, w.now);
     drawDevices(d.devices, d.now);
+    drawEvents(e.events, e.now);
     await showWindow();
     const st = document.getElementById("status");
     st.textContent = "updated " + new Date(s.now * 1000).toLocaleTimeString() + ", every " +
       (REFRESH_MS / 1000) + " s";
     st.className = "";
     document.body.dataset.ready = "1";
+    document.body.dataset.ticks = String(Number(document.body.dataset.ticks || 0) + 1);   // for tests: refreshes done
   } catch (e) {
     fail(e);
   } finally {
@@ -349,22 +392,26 @@ Prometheus metrics: <a href="/metrics">/metrics</a>.</p>
 
 <div class="tiles">
 <div class="tile" id="t-rate"><span class="v"></span><span class="k">ingest rate, readings stored per second
-(last %(rate_window)d s)</span></div>
+(up to the last %(rate_window)d s)</span></div>
 <div class="tile" id="t-stored"><span class="v"></span><span class="k">readings stored</span></div>
 <div class="tile" id="t-ingested"><span class="v"></span><span class="k">messages ingested</span></div>
-<div class="tile" id="t-duplicates"><span class="v"></span><span class="k">duplicates ignored</span></div>
+<div class="tile" id="t-duplicates"><span class="v"></span><span class="k">duplicates, not stored twice</span></div>
 <div class="tile" id="t-dead"><span class="v"></span><span class="k">dead letters</span></div>
 <div class="tile" id="t-gaps"><span class="v"></span><span class="k">gaps: missing sequence numbers</span></div>
 <div class="tile" id="t-windows"><span class="v"></span><span class="k">windows closed</span></div>
-<div class="tile" id="t-failed"><span class="v"></span><span class="k">correction rounds failed</span></div>
+<div class="tile" id="t-held"><span class="v"></span><span class="k">windows awaiting their round</span></div>
+<div class="tile" id="t-failed"><span class="v"></span><span class="k">correction rounds failed (retried)</span></div>
+<div class="tile" id="t-carried"><span class="v"></span><span class="k">readings carried (windows below
+the minimum)</span></div>
 <div class="tile" id="t-latency"><span class="v"></span><span class="k">last correction round</span></div>
 </div>
 
 <h2>Last windows</h2>
 <table id="windows">
-<thead><tr><th>window</th><th class="text">group</th><th>readings</th><th>presumed</th>
-<th>false positives removed</th><th>false negatives added</th><th>candidates</th><th>round (s)</th>
-<th class="text">closed</th><th class="text">note</th></tr></thead>
+<thead><tr><th>window</th><th class="text">group</th><th>group's window</th><th class="text">readings arrived</th>
+<th>readings</th><th class="text">state</th><th>presumed</th><th>false positives removed</th>
+<th>false negatives added</th><th>candidates</th><th>round (s)</th><th class="text">closed</th>
+<th class="text">note</th></tr></thead>
 <tbody></tbody>
 </table>
 
@@ -372,7 +419,7 @@ Prometheus metrics: <a href="/metrics">/metrics</a>.</p>
 <p><label>window <select id="window-pick"><option value="latest">latest</option></select></label>
 <span id="columns" hidden> &nbsp; <label>x <select id="x-col"></select></label>
 <label>y <select id="y-col"></select></label></span></p>
-<p id="plot-title">No window has closed yet.</p>
+<p id="plot-title">No window is done yet.</p>
 <div class="row">
 <div><svg id="plot" width="720" height="440" viewBox="0 0 720 440" role="img"
  aria-label="candidates of the chosen window"></svg>
@@ -385,9 +432,21 @@ Prometheus metrics: <a href="/metrics">/metrics</a>.</p>
 </div>
 
 <h2>Devices</h2>
+<p class="about">Epsilon as each board's ledger reported it in its latest status message: spent in its
+current ledger window, against its cap, and per record in the worst case; the total is the readings
+held here times each boot's epsilon per record. "unknown": not in the device's latest status message
+(none yet, or a device without a ledger, such as <code>dpsense simulate</code>'s).</p>
 <table id="devices">
-<thead><tr><th>device</th><th>readings</th><th>boots</th><th>missing sequence numbers</th>
-<th>candidates</th><th class="text">last seen</th></tr></thead>
+<thead><tr><th>device</th><th class="text">group</th><th>readings</th><th>candidates</th>
+<th class="text">last seen</th><th>&epsilon; spent, current window</th><th>&epsilon; total</th>
+<th>&epsilon; cap</th><th>&epsilon; per record, worst case</th><th class="text">entropy source</th></tr></thead>
+<tbody></tbody>
+</table>
+
+<h2>Status log</h2>
+<table id="events">
+<thead><tr><th class="text">when</th><th class="text">what</th><th class="text">group</th><th>window</th>
+<th class="text">detail</th></tr></thead>
 <tbody></tbody>
 </table>
 <script>%(script)s</script>

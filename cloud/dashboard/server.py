@@ -1,4 +1,4 @@
-"""The dashboard's HTTP server: one page, four JSON endpoints and ``/metrics``; GET only.
+"""The dashboard's HTTP server: one page, five JSON endpoints and ``/metrics``; GET only.
 
     server = DashboardServer(("127.0.0.1", 8765), source, store_label="sqlite:///dpsense-data/analyst.db")
     server.serve_forever()
@@ -6,8 +6,9 @@
     GET /                                   the page (polls the endpoints below)
     GET /api/summary                        {"now": t, "summary": {...}}
     GET /api/windows?limit=N                {"now": t, "windows": [...]}, most recent first
-    GET /api/devices                        {"now": t, "devices": [...]}
-    GET /api/candidates?window=N            {"now": t, ...WindowCandidates}
+    GET /api/devices                        {"now": t, "devices": [...]}, epsilons as numbers
+    GET /api/events?limit=N                 {"now": t, "events": [...]}, newest first
+    GET /api/candidates?window=N[&group=G]  {"now": t, ...WindowCandidates}
     GET /metrics                            Prometheus text format
 
 Any other method is answered 405. Bound to a loopback address, the server also refuses
@@ -23,6 +24,7 @@ import socket
 import sys
 import threading
 import time
+from fractions import Fraction
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -37,7 +39,8 @@ from .data import RATE_WINDOW_S, DashboardSource
 from .metrics import metrics_registry
 
 MAX_WINDOWS = 500
-_STORE_PATHS = ("/metrics", "/api/summary", "/api/windows", "/api/devices", "/api/candidates")
+MAX_EVENTS = 100
+_STORE_PATHS = ("/metrics", "/api/summary", "/api/windows", "/api/devices", "/api/events", "/api/candidates")
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
@@ -124,6 +127,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json({"windows": self.server.source.windows(limit)})
             elif url.path == "/api/devices":
                 self._json({"devices": self.server.source.devices()})
+            elif url.path == "/api/events":
+                limit = _whole(query, "limit", 10)
+                if limit is None or limit > MAX_EVENTS:
+                    self._error(HTTPStatus.BAD_REQUEST, "limit must be a whole number up to %d" % MAX_EVENTS)
+                    return
+                self._json({"events": self.server.source.events(limit)})
             elif url.path == "/api/candidates":
                 window = _whole(query, "window", None)
                 if window is None:
@@ -132,9 +141,10 @@ class _Handler(BaseHTTPRequestHandler):
                 groups = query.get("group")
                 found = self.server.source.candidates(window, groups[0] if groups else None)
                 if found is None:
-                    self._error(HTTPStatus.NOT_FOUND, "no closed window %d" % window)
+                    self._error(HTTPStatus.NOT_FOUND, "no done window %d%s"
+                                % (window, " in group %s" % groups[0] if groups else ""))
                     return
-                self._json(dataclasses.asdict(found))
+                self._json(_plain(found))
             else:
                 self._error(HTTPStatus.NOT_FOUND, "no such page: %s" % url.path)
         except StorageError as e:
@@ -205,8 +215,13 @@ def _whole(query: dict[str, list[str]], name: str, default: int | None) -> int |
 
 
 def _plain(v: Any) -> Any:
+    """Dataclasses as dicts; an exact epsilon (``Fraction``) as the nearest float, for the page."""
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return dataclasses.asdict(v)
-    if isinstance(v, list):
+        return {f.name: _plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, Fraction):
+        return float(v)
     return v

@@ -42,7 +42,7 @@ import numpy as np
 from dpsense.cloud.correction.rules import run_protocol
 from dpsense.cloud.datasets import paper1_synthetic
 from dpsense.cloud.experiments.noise import discrete_laplace
-from dpsense.cloud.experiments.paper1 import Paper1Config, _dbscan, _history
+from dpsense.cloud.experiments.paper1 import Paper1Config, _dbscan, reference
 from dpsense.cloud.outliers.distance import BetaRAnomalies
 from dpsense.cloud.privacy.identify import (
     DPAnomalyIdentification,
@@ -76,9 +76,10 @@ class VerifyConfig:
         self.paper1()            # validates the rest
 
     def paper1(self) -> Paper1Config:
+        # The percentile sensitivity and the 2017 rules keep the candidate set of docs/paper2.md.
         return Paper1Config(separations=(self.separation,), epsilons=(self.epsilon_ldp,), runs=1, n=self.n,
                             dbscan_eps=self.dbscan_eps, dbscan_min_samples=self.dbscan_min_samples,
-                            seed=self.seed)
+                            seeds=(self.seed,), sensitivity="percentile")
 
     @property
     def beta(self) -> int:
@@ -137,11 +138,11 @@ def _pr(mask: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
 def candidate_set(cfg: VerifyConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The paper-1 step: ``(x, o, constructed, r_mask, |O'|)`` for one perturbed window."""
     p1 = cfg.paper1()
-    data = paper1_synthetic(p1.n, cfg.separation, p1.shape, p1.outlier_percent / 100, seed=p1.seed)
-    hist = _history(p1, cfg.separation)
+    data = paper1_synthetic(p1.n, cfg.separation, p1.shape, p1.outlier_percent / 100, seed=cfg.seed)
+    hist = reference(p1, cfg.separation, cfg.seed)
     x_q = np.rint(data.x / p1.quantum).astype(np.int64)
     o = _dbscan(p1, data.x)
-    rng = np.random.default_rng([p1.seed, int(round(cfg.separation * 1000)), int(round(cfg.epsilon_ldp * 1e6)), 0])
+    rng = np.random.default_rng([cfg.seed, int(round(cfg.separation * 1000)), int(round(cfg.epsilon_ldp * 1e6)), 0])
     x_rel = x_q + discrete_laplace(rng, hist.rs_q / cfg.epsilon_ldp, x_q.shape)
     d_diff = (np.rint(np.linalg.norm(x_rel - hist.centre_q, axis=1))
               - np.rint(np.linalg.norm(x_q - hist.centre_q, axis=1)))

@@ -16,7 +16,9 @@ fields with epsilon-DP (replace-one neighbours, n public):
   domain (:func:`dp_quantile`, utility ``-|#{x < v} - q n|``, sensitivity 1);
 * the centre by a clipped sum plus Laplace noise, divided by n;
 * w_O as the spread of the radii of the outer layer, from two DP quantiles of the
-  radii ``||x - centre||`` (the released centre, so re-using it costs nothing).
+  radii ``||x - centre||`` (the released centre, so re-using it costs nothing);
+* the band width of correction mode bands, half the gap between the normal radius and
+  the layer's lower quantile: computed from released values only, so it costs nothing.
 
 The epsilon is split by ``shares`` (default half for the relaxed sensitivity, a
 quarter each for the centre and w_O), and evenly among the columns inside a share.
@@ -35,6 +37,8 @@ from typing import Any, Union
 
 import numpy as np
 
+from dpsense.cloud.correction.bands import width_from_history
+from dpsense.cloud.correction.rules import normal_radius
 from dpsense.cloud.profile import DeviceProfile
 
 from .accountant import BudgetAccountant
@@ -317,15 +321,17 @@ def dp_calibrate(data: Data, *, bounds: tuple[float, float], epsilon: object, de
         top = _quantile(radii, 1 - m, 0.0, rmax, g, each, rng)
         bottom = _quantile(radii, 1 - share + m, 0.0, rmax, g, each, rng)
         w_o = max(0.0, top - bottom)
+    delta_q = tuple(max(1, int(round(r / quantum))) for r in rs)
+    # Mode bands' width, half the border below the layer: post-processing, no budget.
+    band_q = width_from_history([bottom / quantum], normal_radius(delta_q)) if sh.w_o > 0 else 0.0
     if accountant is not None:
         for name, e in parts:
             assert dataset is not None    # checked with the accountant: both or neither
             accountant.spend(dataset, e, query="calibrate: " + name)
-    return DeviceProfile(quantum=float(quantum), domain=max(abs(lo), abs(hi)),
-                         delta_q=tuple(max(1, int(round(r / quantum))) for r in rs),
+    return DeviceProfile(quantum=float(quantum), domain=max(abs(lo), abs(hi)), delta_q=delta_q,
                          epsilon=device_epsilon, centre_q=tuple(int(c) for c in np.rint(centre / quantum)),
                          config_id=config_id, w_o_q=w_o / quantum, dbscan_eps=float(dbscan_eps),
-                         dbscan_min_samples=int(dbscan_min_samples))
+                         dbscan_min_samples=int(dbscan_min_samples), band_width_q=band_q)
 
 
 def load_csv(path: str) -> np.ndarray:

@@ -51,7 +51,8 @@ from typing import Any, Sequence
 
 from dpsense.tools.deploy import BOARDS as FLASH_BOARDS
 from dpsense.tools.deploy import board_uploads, check_imports, default_uploads, deploy, importable
-from dpsense.tools.provision import board_digests, host_digest
+from dpsense.protocol.ledgerfile import fresh
+from dpsense.tools.provision import board_digests, board_profile, host_digest
 from dpsense.tools.rawrepl import RawRepl, ReplError
 
 from . import BOARDS, RigError
@@ -199,6 +200,11 @@ class FirmwareRig(TapRig):
             repl.write_file("stimulus.txt", text.encode())
             on_board["stimulus"] = "stimulus.txt"
         repl.write_file("config.json", json.dumps(on_board).encode())
+        # Provisioning writes a fresh ledger (tools/provision.py write_config); a rig that
+        # starts the same board again keeps the one it has, as a reset does.
+        ledger = on_board.get("ledger_path") or board_profile(self.board).get("ledger_path")
+        if ledger and ledger not in repl.listdir():
+            repl.write_file(ledger, fresh())
         if self.transport == "serial":
             # the rig's own account: a test's broken config is for the board to refuse
             dev, password = self.account

@@ -255,3 +255,93 @@ def test_protocol_invariants(w):
     else:
         assert res.split.d_tp == math.inf and res.fn.l2.size == 0 and res.fn.l3.size == 0
     assert np.all(np.diff(res.r) > 0)
+
+
+# The never-worse rule (module docstring of rules.py) on toy windows.
+#
+# One column (m = 1), b = 10, alpha = exp(-3): kappa = 3 exactly (the one-column tail is
+# exp(-kappa)), so tau = 3 * 10 + 1 + 1 = 32. Rows 0-4 are O' with d_diff 0, 10, 31, 33, 100:
+# rows 3 and 4 lie above tau and are the false positives, d_TP = 0, d_FP = 33.
+NOISE = dict(split="noise", noise_scale=10.0, columns=1, alpha=math.exp(-3.0))
+
+
+def test_noise_split_cuts_at_kappa_b_plus_m_plus_1():
+    p = params(**NOISE)
+    assert p.tau() == pytest.approx(32.0)
+    s = split_presumed(np.array([0, 10, 31, 33, 100, 500], dtype=float), np.arange(5), p)
+    assert s.fp.tolist() == [3, 4] and s.tp.tolist() == [0, 1, 2]
+    assert (s.d_tp, s.d_fp, s.accepted) == (0.0, 33.0, True)
+
+
+def test_noise_split_with_nothing_above_tau_keeps_o_prime():
+    s = split_presumed(np.array([0, 10, 31, 32], dtype=float), np.arange(4), params(**NOISE))
+    assert s.fp.size == 0 and s.tp.tolist() == [0, 1, 2, 3] and not s.accepted
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 5])
+@pytest.mark.parametrize("alpha", [0.3, 0.005, 1e-6])
+def test_kappa_solves_the_gamma_tail(m, alpha):
+    from scipy import stats
+
+    from dpsense.cloud.correction.rules import noise_kappa
+    kappa = noise_kappa(m, alpha)
+    assert stats.gamma.sf(kappa, m) == pytest.approx(alpha, rel=1e-9)
+
+
+# Provable layers, rho = 5 (slack rho + 1 = 6), w_O = 50. O' = rows 0-2 with d_diff 20, 25,
+# 200; with the noise split above (tau = 32) row 2 is the false positive and d_TP = 20.
+#   row  d_diff  dist   why
+#   3      -7      1    outside O', d_diff < -6                    -> FN_L1
+#   4      -6      1    -6 is not < -6                              -> nothing
+#   5      13     30    I_L2 (dist >= 20), 13 < 20 - 6 = 14         -> FN_L2
+#   6      14     30    I_L2, 14 is not < 14                        -> nothing
+#   7      63     80    I_L3 (dist >= 70), 63 < 20 + 50 - 6 = 64    -> FN_L3
+#   8      64     80    64 is not < 64                              -> nothing
+#   9       0     10    dist < d_TP: in no I_L set, d_diff >= -6    -> nothing
+PD = np.array([20, 25, 200, -7, -6, 13, 14, 63, 64, 0], dtype=float)
+PDIST = np.array([90, 90, 90, 1, 1, 30, 30, 80, 80, 10], dtype=float)
+
+
+def test_provable_layers_add_only_rows_beyond_rho():
+    p = params(w_o=50.0, layers="provable", normal_radius=5.0, **NOISE)
+    res = run_protocol(PD, PDIST, [0, 1, 2], p)
+    assert res.fp.tolist() == [2]
+    assert (res.fn.l1.tolist(), res.fn.l2.tolist(), res.fn.l3.tolist()) == ([3], [5], [7])
+    assert res.r.tolist() == [0, 1, 3, 5, 7]
+    # Each added row's raw distance dist - d_diff - 1 exceeds rho.
+    added = np.setdiff1d(res.r, [0, 1, 2])
+    assert (np.maximum(PDIST[added], 0) - PD[added] - 1 > 5.0).all()
+
+
+def test_needs_round_and_normal_radius():
+    from dpsense.cloud.correction.rules import needs_round, normal_radius
+    assert not needs_round(1040, 10_000, 0.10, 0.05)        # |O'| 4 % above 1000: skip
+    assert needs_round(1060, 10_000, 0.10, 0.05)
+    assert needs_round(900, 10_000, 0.10, 0.05)             # too few: a round may add outliers
+    assert needs_round(1000, 10_000, 0.10, -1.0)            # a negative margin never skips
+    assert normal_radius([6.0, 8.0]) == 5.0
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"split": "noise"},                                     # no noise scale
+    {"split": "noise", "noise_scale": -1.0},
+    {"layers": "provable"},                                 # no normal radius
+    {"layers": "exact", "normal_radius": 1.0},
+    {"alpha": 0.0}, {"alpha": 1.0},
+    {"columns": 0},
+])
+def test_never_worse_parameters_are_checked(kwargs):
+    with pytest.raises((ValueError, TypeError)):
+        params(**kwargs)
+
+
+def test_provable_l1_allows_for_the_rounding_of_d_diff():
+    # c = (0, 0), raw x = (3, 2): distance 3.606, normal for rho = 3.7, but its rounded
+    # distance is 4; released at the centre, d_diff = 0 - 4 = -4 < -rho. Only the bound
+    # with the rounding slack, -4 < -rho - 1, keeps it out of FN_L1.
+    from dpsense.protocol.distance import distance_difference
+    d = float(distance_difference([3, 2], [0, 0], [0, 0]))
+    assert d == -4.0
+    p = params(w_o=10.0, layers="provable", normal_radius=3.7, **NOISE)
+    res = run_protocol(np.array([d, 0.0, 0.0]), np.array([0.0, 50.0, 50.0]), [1, 2], p)
+    assert res.fn.l1.size == 0

@@ -6,17 +6,20 @@ import http.client
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from fractions import Fraction
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dpsense.cloud import cli
-from dpsense.cloud.dashboard.data import LATENCY_BUCKETS_S, RATE_WINDOW_S, StoreSource
+from dpsense.cloud import cli, results
+from dpsense.cloud.dashboard.data import RATE_WINDOW_S, StoreSource
 from dpsense.cloud.dashboard.server import DashboardServer, is_loopback
-from dpsense.cloud.storage import DeadLetter, Reading, StorageError, open_analyst_store
+from dpsense.cloud.storage import DeadLetter, DeviceStatus, Reading, StorageError, Verdict, open_analyst_store
+from dpsense.cloud.storage.stream import WindowOutcome
 
 NOW = 1_700_000_000.0
 
@@ -26,102 +29,177 @@ def _reading(device: int, boot: int, seq: int, values: tuple[int, ...], at: floa
     return Reading(device, boot, seq, token, 1, values, "dpsense/readings/d%d" % device, at)
 
 
+def _verdict(w: int, group: str, row: int, device: int, seq: int, at: float, kind: str) -> Verdict:
+    """``kind``: "kept" (presumed, a candidate), "removed" (presumed, a false positive), "added"."""
+    return Verdict(w, group, row, device, 1 if device > 1 else 7, seq, at, kind != "added", kind == "removed",
+                   kind == "added", kind != "removed")
+
+
 @pytest.fixture
 def url(tmp_path: Path) -> str:
-    """A store with 3 devices, one gap, one dead letter and two closed windows.
+    """Three devices in two groups, one gap, one duplicate, one dead letter, two done windows and a held one.
 
-    Rows 1..12 arrive in order: device 1 seq 0..3 at NOW-200 (before the rate's minute) in
-    rows 1..4, device 2 seq 0,1,3 (2 missing) at NOW-10 in rows 5..7, device 3 seq 0..4 at
-    NOW-10..NOW-6 in rows 8..12. Window 0 is rows 1..6, window 1 rows 7..12.
+    Device 3 is in group hall-a, devices 1 and 2 in the default group. Rows 1..12 arrive in
+    order: device 1 (boot 7) seq 0..3 at NOW-200 in rows 1..4, device 2 seq 0,1,3 (2 missing) at
+    NOW-10 in rows 5..7, device 3 seq 0..4 at NOW-10..NOW-6 in rows 8..12; then device 1's seq 0
+    again (a duplicate) and a dead letter. Window 0 (default) is rows 1..7: row 2 presumed and
+    kept, row 3 presumed and removed, row 5 added. Window 1 (hall-a) is rows 8..12 with rows
+    10..12 presumed and kept, 4 correction records missing. Window 2 (hall-a) is rows 13..14
+    (device 3 seq 5, 6), held after a failed round. Device 1 sent a status message.
     """
     u = "sqlite:///%s" % (tmp_path / "analyst.db")
     with open_analyst_store(u) as s:
+        s.set_device_group(3, "hall-a", NOW - 300)
         s.add_batch([_reading(1, 7, q, (100 * q, -q), NOW - 200) for q in range(4)], [])
         s.add_batch([_reading(2, 1, q, (5, 50 + q), NOW - 10) for q in (0, 1, 3)]
-                    + [_reading(3, 1, q, (7000 + q, 9), NOW - 10 + q) for q in range(5)],
-                    [DeadLetter("dpsense/readings/d2", b"\x00", "truncated", NOW - 5)])
-        # Window 0: rows 2 and 3 presumed, 3 removed as a false positive, 5 added.
-        s.save_window_result(0, {"window": 0, "first_row": 1, "last_row": 6, "n": 6, "presumed": 2, "fp": 1,
-                                 "fn": 1, "candidates": 2, "missing_corrections": 0, "split_accepted": True,
-                                 "presumed_rows": [2, 3], "candidate_rows": [2, 5], "round_s": 0.2})
-        # Window 1: rows 10..12 (device 3, seq 2..4) presumed and kept; corrections missing.
-        s.save_window_result(1, {"window": 1, "first_row": 7, "last_row": 12, "n": 6, "presumed": 3, "fp": 0,
-                                 "fn": 0, "candidates": 3, "missing_corrections": 4, "split_accepted": False,
-                                 "presumed_rows": [10, 11, 12], "candidate_rows": [10, 11, 12], "round_s": 3.0})
+                    + [_reading(3, 1, q, (7000 + q, 9), NOW - 10 + q) for q in range(5)], [])
+        s.add_batch([_reading(1, 7, 0, (0, 0), NOW - 5)], [DeadLetter("dpsense/readings/d2", b"\x00", "truncated",
+                                                                      NOW - 5)])
+        w0 = s.close_window("default", "count", upto_row=12, closed_at=NOW - 9)
+        w1 = s.close_window("hall-a", "count", upto_row=12, closed_at=NOW - 5)
+        assert w0 is not None and w1 is not None and (w0.id, w0.n, w1.id, w1.n) == (0, 7, 1, 5)
+        s.complete_window(0, WindowOutcome(2, 1, 1, 2, 0, 0.01, 0.2, NOW - 8), [
+            _verdict(0, "default", 2, 1, 1, NOW - 200, "kept"), _verdict(0, "default", 3, 1, 2, NOW - 200, "removed"),
+            _verdict(0, "default", 5, 2, 0, NOW - 10, "added")], {})
+        s.complete_window(1, WindowOutcome(3, 0, 0, 3, 4, 0.01, 3.0, NOW - 2), [
+            _verdict(1, "hall-a", 8 + q, 3, q, NOW - 10 + q, "kept") for q in (2, 3, 4)], {})
+        s.add_batch([_reading(3, 1, q, (7000 + q, 9), NOW - 4) for q in (5, 6)], [])
+        w2 = s.close_window("hall-a", "count", upto_row=14, closed_at=NOW - 3)
+        assert w2 is not None and w2.id == 2
+        s.start_attempt(2, 3)
+        s.hold_window(2, "no answer from the correction server", NOW - 1, "window 2 held: no answer")
+        s.add_statuses([DeviceStatus(1, 7, NOW - 250, {"event": "boot", "board": "esp32", "entropy": "urandom",
+                                                        "eps_record": "1/2", "eps_record_worst": "3/4",
+                                                        "window": 0, "spent": "5/2", "cap": "10"},
+                                     "dpsense/status/d1")], [])
     return u
 
 
-def _source(url: str) -> StoreSource:
-    return StoreSource(lambda: open_analyst_store(url), min_interval=0, clock=lambda: NOW)
+class Clock:
+    def __init__(self) -> None:
+        self.t = NOW
+
+    def __call__(self) -> float:
+        return self.t
 
 
-def test_summary_counts_what_the_store_holds(url: str) -> None:
+def _source(url: str, clock: Clock | None = None) -> StoreSource:
+    return StoreSource(lambda: open_analyst_store(url), min_interval=0, cost_share=None, clock=clock or (lambda: NOW))
+
+
+def test_summary_is_the_stores_counters(url: str) -> None:
     s = _source(url).summary()
     with open_analyst_store(url) as store:
-        gaps = store.gaps()
-        assert s.stored == store.count() == 12
+        m = results.metrics(store)
+        assert s.stored == store.count() == 14
         assert s.dead_letters == store.dead_letter_count() == 1
-        assert s.missing == sum(g.missing for g in gaps) == 1
-    assert s.boots_with_gaps == 1
-    assert s.rate == 8 / RATE_WINDOW_S          # device 1's readings are older than the minute
-    assert s.windows_closed == 2
-    assert s.latency is not None
-    assert (s.latency.count, s.latency.total_s, s.latency.last_s) == (2, 3.2, 3.0)
-    # 0.2 s falls in every bucket from 0.25 up, 3.0 s from 5 up.
-    assert s.latency.buckets == tuple((b >= 0.25) + (b >= 5) for b in LATENCY_BUCKETS_S)
-    # Today's store does not record these: unknown, not zero.
-    assert (s.ingested, s.duplicates, s.rounds_failed) == (None, None, None)
+        assert s.gaps == sum(g.missing for g in store.gaps()) == 1
+    # 14 readings + 1 duplicate + 1 dead letter.
+    assert (s.ingested, s.duplicates) == (m.ingested, m.duplicates) == (16, 1)
+    assert (s.windows_closed, s.windows_held, s.rounds_completed, s.rounds_failed) == (3, 1, 2, 1)
+    assert s.round_seconds_total == pytest.approx(3.2)
+    assert s.last_round_s == 3.0                # window 1, the latest done
+    assert s.candidates == m.candidates == 5
+    assert s.rate is None                       # one refresh: no rate yet
 
 
-def test_devices_count_readings_gaps_and_candidates(url: str) -> None:
+def test_rate_is_the_growth_of_stored_readings(url: str) -> None:
+    clock = Clock()
+    src = _source(url, clock)
+    assert src.summary().rate is None
+    with open_analyst_store(url) as s:
+        s.add_batch([_reading(4, 1, q, (1, 1), NOW + 1) for q in range(10)], [])
+    clock.t += 5
+    assert src.summary().rate == 2.0            # 14 -> 24 readings in 5 s
+    with open_analyst_store(url) as s:
+        s.add_batch([_reading(4, 1, q, (1, 1), NOW + 30) for q in range(10, 16)], [])
+    clock.t = NOW + 35
+    assert src.summary().rate == 16 / 35
+    # The base is the latest refresh at least RATE_WINDOW_S ago: the one at NOW + 5 (24 readings).
+    clock.t = NOW + 5 + RATE_WINDOW_S + 5
+    assert src.summary().rate == 6 / (RATE_WINDOW_S + 5)
+
+
+def test_reads_closer_than_min_interval_share_one_answer(url: str) -> None:
+    opened = []
+
+    def opener() -> Any:
+        opened.append(1)
+        return open_analyst_store(url)
+    src = StoreSource(opener, min_interval=3600)
+    assert src.summary() is src.summary()
+    assert src.devices() is src.devices()
+    assert len(opened) == 2
+
+
+def test_a_slow_read_is_repeated_only_after_its_cost_share(url: str) -> None:
+    """A read that took t seconds is reused for t / cost_share seconds, whatever min_interval says."""
+    def slow() -> Any:
+        time.sleep(0.2)
+        return open_analyst_store(url)
+    src = StoreSource(slow, min_interval=0, cost_share=0.1)
+    first = src.summary()
+    assert src.summary() is first               # within 10 x 0.2 s
+    with pytest.raises(ValueError):
+        StoreSource(slow, cost_share=0)
+
+
+def test_devices_show_readings_candidates_and_the_ledger(url: str) -> None:
     rows = _source(url).devices()
-    assert [(d.device, d.readings, d.boots, d.missing, d.last_seen) for d in rows] == [
-        (1, 4, 1, 0, NOW - 200), (2, 3, 1, 1, NOW - 10), (3, 5, 1, 0, NOW - 6)]
-    # Candidates: row 2 (device 1), row 5 (device 2), rows 10..12 (device 3).
-    assert [d.candidates for d in rows] == [1, 1, 3]
+    assert [(d.device_id, d.group, d.readings, d.candidates, d.last_seen) for d in rows] == [
+        (1, "default", 4, 1, NOW - 200), (2, "default", 3, 1, NOW - 10), (3, "hall-a", 7, 3, NOW - 4)]
+    d1, d2, _ = rows
+    assert (d1.eps_window, d1.cap, d1.eps_record_worst, d1.entropy) == (Fraction(5, 2), 10, Fraction(3, 4), "urandom")
+    assert d1.eps_total == 4 * Fraction(1, 2)
+    assert (d2.eps_window, d2.eps_total, d2.cap, d2.entropy) == (None, None, None, None)   # no status yet
+    with open_analyst_store(url) as store:
+        assert rows == results.devices(store)
 
 
-def test_windows_are_listed_latest_first_with_their_verdicts(url: str) -> None:
+def test_windows_are_listed_latest_first_with_their_state(url: str) -> None:
     src = _source(url)
-    w1, w0 = src.windows(10)
-    assert (w1.window, w1.readings, w1.candidates, w1.missing_corrections, w1.split_accepted, w1.round_s) == \
-        (1, 6, 3, 4, False, 3.0)
-    assert (w0.presumed, w0.false_positives, w0.false_negatives, w0.candidates) == (2, 1, 1, 2)
-    assert w0.closed_at == NOW - 10             # row 6 is device 2's seq 1
-    assert w1.closed_at == NOW - 6
-    assert [w.window for w in src.windows(1)] == [1]
+    w2, w1, w0 = src.windows(10)
+    assert (w2.id, w2.group, w2.seq, w2.state, w2.candidates, w2.last_error) == (
+        2, "hall-a", 1, "held", None, "no answer from the correction server")
+    assert (w1.id, w1.group, w1.seq, w1.n, w1.candidates, w1.missing, w1.round_s) == (1, "hall-a", 0, 5, 3, 4, 3.0)
+    assert (w0.group, w0.presumed, w0.removed_fp, w0.added_fn, w0.candidates) == ("default", 2, 1, 1, 2)
+    assert [w.id for w in src.windows(1)] == [2]
     assert src.windows(0) == []
     with pytest.raises(ValueError):
         src.windows(-1)
 
 
+def test_events_tell_of_the_held_window(url: str) -> None:
+    (e,) = _source(url).events(5)
+    assert (e.kind, e.group, e.window, e.text) == ("held", "hall-a", 2, "window 2 held: no answer")
+
+
 def test_candidates_are_split_by_verdict(url: str) -> None:
     c = _source(url).candidates(0)
     assert c is not None
-    assert (c.window, c.readings, c.columns, c.candidates) == (0, 6, 2, 2)
+    assert (c.window, c.group, c.group_window, c.readings, c.columns, c.candidates) == (0, "default", 0, 7, 2, 2)
     assert [(p.index, p.device, p.seq, p.values) for p in c.presumed] == [(1, 1, 1, (100, -1))]
     assert [(p.index, p.device, p.seq, p.values) for p in c.added] == [(4, 2, 0, (5, 50))]
     assert [(p.index, p.device, p.seq) for p in c.removed] == [(2, 1, 2)]
-    assert [p.index for p in c.others] == [0, 3, 5]
-    assert _source(url).candidates(7) is None
-    assert _source(url).candidates(0, group="hall-a") is None
+    assert [p.index for p in c.others] == [0, 3, 5, 6]
+    with open_analyst_store(url) as store:
+        assert c.candidates == len(results.candidates(store, window=0))
 
 
-def test_new_readings_are_read_incrementally(url: str) -> None:
+def test_candidates_are_per_window_and_group(url: str) -> None:
     src = _source(url)
-    assert src.summary().stored == 12
-    with open_analyst_store(url) as s:
-        s.add_batch([_reading(4, 1, 0, (1, 1), NOW - 1)], [])
-    assert src.summary().stored == 13
-    assert [d.device for d in src.devices()] == [1, 2, 3, 4]
+    c = src.candidates(1, group="hall-a")
+    assert c is not None and [p.seq for p in c.presumed] == [2, 3, 4] and c.group_window == 0
+    assert src.candidates(1, group="default") is None
+    assert src.candidates(2) is None            # held: no verdicts yet
+    assert src.candidates(7) is None
 
 
-def test_a_result_naming_rows_the_store_lacks_is_an_error(url: str) -> None:
-    with open_analyst_store(url) as s:
-        s.save_window_result(2, {"window": 2, "first_row": 13, "last_row": 20, "n": 8, "presumed": 0, "fp": 0,
-                                 "fn": 0, "candidates": 0, "presumed_rows": [], "candidate_rows": []})
-    with pytest.raises(StorageError, match="window 2"):
-        _source(url).summary()
+def test_a_store_that_cannot_be_opened_raises(tmp_path: Path) -> None:
+    def broken() -> Any:
+        raise StorageError("gone")
+    with pytest.raises(StorageError, match="gone"):
+        StoreSource(broken).summary()
 
 
 # -- HTTP -------------------------------------------------------------------------------
@@ -166,16 +244,22 @@ def test_page_escapes_what_it_shows_and_allows_only_its_own_script(served: Dashb
 
 
 def test_json_endpoints(served: DashboardServer) -> None:
-    assert _json(served, "/api/summary")["summary"]["stored"] == 12
-    assert [w["window"] for w in _json(served, "/api/windows?limit=5")["windows"]] == [1, 0]
-    assert [d["readings"] for d in _json(served, "/api/devices")["devices"]] == [4, 3, 5]
-    c = _json(served, "/api/candidates?window=1")
-    assert c["candidates"] == 3 and [p["seq"] for p in c["presumed"]] == [2, 3, 4]
+    assert _json(served, "/api/summary")["summary"]["stored"] == 14
+    assert [(w["id"], w["state"]) for w in _json(served, "/api/windows?limit=5")["windows"]] == [
+        (2, "held"), (1, "done"), (0, "done")]
+    devices = _json(served, "/api/devices")["devices"]
+    assert [d["readings"] for d in devices] == [4, 3, 7]
+    assert (devices[0]["eps_window"], devices[0]["eps_total"], devices[0]["cap"]) == (2.5, 2.0, 10.0)
+    assert devices[1]["eps_window"] is None
+    assert [e["window"] for e in _json(served, "/api/events?limit=3")["events"]] == [2]
+    c = _json(served, "/api/candidates?window=1&group=hall-a")
+    assert c["candidates"] == 3 and [p["seq"] for p in c["presumed"]] == [2, 3, 4] and c["group"] == "hall-a"
 
 
 @pytest.mark.parametrize("path, status", [
     ("/api/candidates", 400), ("/api/candidates?window=x", 400), ("/api/candidates?window=-1", 400),
-    ("/api/candidates?window=9", 404), ("/api/windows?limit=100000", 400), ("/api/windows?limit=1;2", 400),
+    ("/api/candidates?window=9", 404), ("/api/candidates?window=2", 404), ("/api/candidates?window=1&group=x", 404),
+    ("/api/windows?limit=100000", 400), ("/api/windows?limit=1;2", 400), ("/api/events?limit=1000", 400),
     ("/nothing", 404), ("/api/summary?a=1&&b", 400),
 ])
 def test_bad_requests_get_one_error(served: DashboardServer, path: str, status: int) -> None:
@@ -195,20 +279,26 @@ def test_a_foreign_host_name_is_refused_on_loopback(served: DashboardServer) -> 
     assert _request(served, "/api/summary", host="localhost:%d" % served.server_address[1])[0] == 200
 
 
-def test_metrics_are_the_store_counters(served: DashboardServer) -> None:
+def test_metrics_are_the_store_counters(served: DashboardServer, url: str) -> None:
     status, headers, body = _request(served, "/metrics")
     assert status == 200 and headers["content-type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     value = {s.name: s.value for f in families.values() for s in f.samples}
-    assert value["dpsense_readings_stored_total"] == 12
-    assert value["dpsense_dead_letters_total"] == 1
-    assert value["dpsense_sequence_numbers_missing"] == 1
-    assert value["dpsense_windows_closed_total"] == 2
-    assert value["dpsense_round_latency_seconds_count"] == 2
-    assert value["dpsense_round_latency_seconds_sum"] == pytest.approx(3.2)
-    # Known to exist, absent until the store records them.
-    for name in ("dpsense_readings_ingested", "dpsense_readings_duplicates", "dpsense_rounds_failed"):
-        assert families[name].type == "counter" and families[name].samples == []
+    with open_analyst_store(url) as store:
+        m = results.metrics(store)
+    for name, want in [("dpsense_readings_ingested", m.ingested), ("dpsense_readings_stored", m.stored),
+                       ("dpsense_readings_duplicates", m.duplicates), ("dpsense_dead_letters", m.dead_letters),
+                       ("dpsense_windows_closed", m.windows_closed), ("dpsense_rounds_failed", m.rounds_failed),
+                       ("dpsense_readings_carried", m.readings_carried), ("dpsense_candidates", m.candidates)]:
+        assert families[name].type == "counter" and value[name + "_total"] == want, name
+    assert families["dpsense_sequence_numbers_missing"].type == "gauge"
+    assert value["dpsense_sequence_numbers_missing"] == m.gaps == 1
+    assert value["dpsense_windows_held"] == m.windows_held == 1
+    assert (value["dpsense_readings_ingested_total"], value["dpsense_rounds_failed_total"]) == (16, 1)
+    # The round latency: a summary of the completed rounds (count and sum, as the store keeps them).
+    assert families["dpsense_round_latency_seconds"].type == "summary"
+    assert value["dpsense_round_latency_seconds_count"] == m.rounds_completed == 2
+    assert value["dpsense_round_latency_seconds_sum"] == pytest.approx(m.round_seconds_total) == 3.2
 
 
 def test_a_store_that_cannot_be_read_is_a_503_logged_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

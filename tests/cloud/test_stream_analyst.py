@@ -59,6 +59,7 @@ class InProcessServer:
 def make_analyst(store: AnalystStore, server: InProcessServer, clock: Clock, window: WindowSpec,
                  **kw: Any) -> tuple[Analyst, list[str]]:
     logs: list[str] = []
+    kw.setdefault("centre_q", (0.0, 0.0))      # the fleet's provisioned centre
     params = AnalystParams(eps_q=60.0, min_samples=MIN_SAMPLES, window=window, round_timeout=0.2, **kw)
     a = Analyst(Connection("127.0.0.1", 1, "analyst", "x", "t"), lambda: store, params, log=logs.append,
                 clock=clock)

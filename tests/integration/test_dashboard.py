@@ -1,13 +1,17 @@
 """`dpsense dashboard` in a real browser against a running analyst (real Mosquitto, headless Chromium).
 
-A fleet of 3 simulated devices publishes 3000 readings (one withheld, so device 2 has a gap;
-one malformed message, so there is a dead letter); the analyst closes one count window of
-2000. The page must show each device with the store's reading count, and the latest
-window's candidate count as stored; /metrics must parse and carry the store's counters.
-A second test drives the window and column pickers over a small store written directly.
+A fleet of 3 simulated devices in two groups (device 3 in hall-a) publishes a boot status
+message each, with its ledger's figures, and 3000 readings (one withheld, so device 2 has a
+gap; one malformed message, so there is a dead letter); the analyst closes count windows of
+900 per group (three, each with its correction round). The page must show each device as
+``results.devices`` has it, privacy columns included, and the latest window's candidate count
+as stored; /metrics must parse and equal ``results.metrics``. A second test drives the window
+and column pickers over a small store written directly. Every wait polls a condition with a
+generous deadline: nothing here sleeps for a fixed time.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -16,7 +20,6 @@ import sys
 import threading
 import time
 import urllib.request
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,22 +27,27 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dpsense.cloud import topics
+from dpsense.cloud import results, topics
 from dpsense.cloud.broker import Broker, free_port
 from dpsense.cloud.config import Settings
 from dpsense.cloud.dashboard.data import MAX_POINTS, StoreSource
 from dpsense.cloud.dashboard.server import DashboardServer
 from dpsense.cloud.datasets import paper1_synthetic
 from dpsense.cloud.profile import calibrate
-from dpsense.cloud.simulate import Encoded, FleetPublisher, encode_fleet
-from dpsense.cloud.storage import Reading, open_analyst_store
+from dpsense.cloud.simulate import Encoded, FleetEncoder, FleetPublisher
+from dpsense.cloud.storage import Reading, Verdict, open_analyst_store
+from dpsense.cloud.storage.stream import WindowOutcome
 from tests.integration.procs import stop
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-DEVICES, N, WINDOW = 3, 3000, 2000
+DEVICES, N, WINDOW = 3, 3000, 900
 WITHHELD = 3 * 5 + 1            # row of device 2's seq 5: never published, so one gap
+GROUPS = {1: "default", 2: "default", 3: "hall-a"}
+# Windows of 900: the default group (devices 1, 2: 1999 readings) closes two, hall-a (1000) one.
+DONE_WINDOWS = 3
+LEDGER = {"window": 4, "spent": "37/2", "cap": "100"}     # what each board's ledger reports
 
 
 
@@ -91,18 +99,24 @@ def _browser() -> Any:
 
 
 def _store_with_two_windows(url: str, columns: int) -> None:
-    """40 readings of ``columns`` columns from 2 devices; windows 0 (rows 1..20) and 1 (rows 21..40)."""
+    """40 readings of ``columns`` columns from 2 devices; windows 0 (rows 1..20) and 1 (rows 21..40),
+    done with the presumed outliers kept: rows 3, 4, 5 and row 30."""
     now = time.time()
     with open_analyst_store(url) as s:
         s.add_batch([Reading(i % 2 + 1, 1, i // 2, i.to_bytes(8, "little"), 1,
                              tuple(100 * i * (c + 1) for c in range(columns)), "dpsense/readings/d%d" % (i % 2 + 1),
                              now) for i in range(40)], [])
-        for w, cand in ((0, [3, 4, 5]), (1, [30])):
-            first = 20 * w + 1
-            s.save_window_result(w, {"window": w, "first_row": first, "last_row": first + 19, "n": 20,
-                                     "presumed": len(cand), "fp": 0, "fn": 0, "candidates": len(cand),
-                                     "missing_corrections": 0, "split_accepted": True, "presumed_rows": cand,
-                                     "candidate_rows": cand, "round_s": 0.5})
+        for upto, cand in ((20, [3, 4, 5]), (40, [30])):
+            w = s.close_window("default", "count", upto_row=upto, closed_at=now)
+            assert w is not None and w.n == 20
+            s.complete_window(w.id, WindowOutcome(len(cand), 0, 0, len(cand), 0, 0.01, 0.5, now),
+                              [Verdict(w.id, w.group, r, (r - 1) % 2 + 1, 1, (r - 1) // 2, now, True, False, False,
+                                       True) for r in cand], {})
+
+
+def _ticks(driver: Any) -> int:
+    """The page's completed refreshes."""
+    return int(driver.execute_script("return Number(document.body.dataset.ticks || 0);"))
 
 
 @pytest.mark.parametrize("columns", [3, 1])
@@ -121,23 +135,27 @@ def test_choosing_a_window_and_columns_in_a_browser(tmp_path: Path, columns: int
         from selenium.webdriver.support.ui import Select
         driver.get(server.url)
         title = lambda: driver.find_element(By.ID, "plot-title").text  # noqa: E731
-        _wait("the latest window plotted", lambda: title().startswith("Window 1: 1 candidate among 20 readings"), 20)
+        _wait("the latest window plotted", lambda: title().startswith(
+            "Window 1 (group default, its window #1): 1 candidate among 20 readings"), 60)
         driver.find_element(By.CSS_SELECTOR, "#windows tbody tr[data-window='0']").click()
-        _wait("window 0 plotted", lambda: title().startswith("Window 0: 3 candidates"), 20)
+        _wait("window 0 plotted", lambda: title().startswith("Window 0 (group default, its window #0): 3 candidates"),
+              60)
         assert len(driver.find_elements(By.CSS_SELECTOR, "#plot circle.pt-presumed")) == 3
-        assert Select(driver.find_element(By.ID, "window-pick")).first_selected_option.text == "window 0"
-        time.sleep(1.0)                 # two refreshes: the choice must survive them
+        assert Select(driver.find_element(By.ID, "window-pick")).first_selected_option.text == \
+            "window 0 (default #0)"
+        seen = _ticks(driver)
+        _wait("two more refreshes", lambda: _ticks(driver) >= seen + 2, 60)     # the choice must survive them
         assert title().startswith("Window 0")
         if columns == 3:
             Select(driver.find_element(By.ID, "y-col")).select_by_visible_text("column 3")
             _wait("column 3 on the y axis", lambda: driver.find_element(By.ID, "y-label").text ==
-                  "column 3, perturbed value (quanta)", 10)
+                  "column 3, perturbed value (quanta)", 60)
         else:
             assert not driver.find_element(By.ID, "columns").is_displayed()
             assert driver.find_element(By.ID, "x-label").text == "reading in the window (arrival order)"
             assert driver.find_element(By.ID, "y-label").text == "column 1, perturbed value (quanta)"
         Select(driver.find_element(By.ID, "window-pick")).select_by_value("latest")
-        _wait("back to the latest window", lambda: title().startswith("Window 1"), 10)
+        _wait("back to the latest window", lambda: title().startswith("Window 1"), 60)
         assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
     finally:
         driver.quit()
@@ -158,8 +176,14 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
     settings = Settings(data_dir=data_dir, broker_port=free_port())
     common = ["--data-dir", str(data_dir), "--broker-port", str(settings.broker_port)]
     broker = Broker(data_dir, port=settings.broker_port)
+    # The broker keeps no password: each service gets its own in its environment.
     passwords = {role: broker.add_account(role) for role in ("analyst", "correction")}
     device_pws = broker.add_devices(list(range(1, DEVICES + 1)))
+    url = settings.analyst_db
+    with open_analyst_store(url) as s:          # what `dpsense broker add-device 3 --group hall-a` keeps
+        for d, g in GROUPS.items():
+            if g != "default":
+                s.set_device_group(d, g, time.time())
     procs: list[subprocess.Popen[bytes]] = []
     driver = None
     with broker.running():
@@ -167,86 +191,118 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
             procs.append(_service(["correction-server", *common], logs / "cs.log", passwords["correction"]))
             procs.append(_service(["analyst", *common, "--window", str(WINDOW)], logs / "analyst.log",
                                   passwords["analyst"]))
-            for name in ("cs.log", "analyst.log"):
-                _wait("%s subscribed" % name, lambda n=name: _in_log(logs / n, b"ingest: subscribed"), 30, logs / name)
+            for name, topic in (("cs.log", b"dpsense/corrections"), ("analyst.log", b"dpsense/readings/+"),
+                                ("analyst.log", b"dpsense/status/+")):
+                _wait("%s subscribed to %s" % (name, topic.decode()),
+                      lambda n=name, t=topic: _in_log(logs / n, b"subscribed to " + t), 60, logs / name)
 
-            enc = _withhold(encode_fleet(x, profile, DEVICES, seed=3), WITHHELD)
+            fleet = FleetEncoder(profile, DEVICES, seed=3)
+            enc = _withhold(fleet.encode(x), WITHHELD)
             pub = FleetPublisher(settings, device_pws, DEVICES)
             pub.connect()
             try:
-                pub.publish(enc, timeout=120)
+                # A board's boot status carries its ledger's figures (firmware/app.py).
+                pub.send([(d, topics.STATUS % topics.device_username(d),
+                           json.dumps(dict(json.loads(fleet.status(d)), **LEDGER)).encode())
+                          for d in range(1, DEVICES + 1)])
+                pub.publish(enc, timeout=300)
                 pub.send([(1, topics.READINGS % "d1", b"\x01not a record")])
-                _wait("the bad record acknowledged", lambda: pub.acked >= 2 * len(enc.readings) + 1, 30,
-                      logs / "analyst.log")
+                _wait("the bad record acknowledged", lambda: pub.acked >= 2 * len(enc.readings) + DEVICES + 1,
+                      30, logs / "analyst.log")
             finally:
                 pub.close()
 
-            url = settings.analyst_db
-
-            def window_done() -> bool:
+            def settled() -> bool:
                 with open_analyst_store(url) as s:
-                    return s.count() == N - 1 and s.dead_letter_count() == 1 and len(s.window_results()) == 1
-            _wait("all readings stored and window 0 closed", window_done, 120, logs / "analyst.log")
+                    counts = s.window_counts()
+                    return (s.count() == N - 1 and s.dead_letter_count() == 1 and counts["done"] == DONE_WINDOWS
+                            and counts["closed"] + counts["held"] == 0
+                            and all(d.status_at is not None for d in results.devices(s)))
+            _wait("all readings and statuses stored and %d windows done" % DONE_WINDOWS, settled, 300,
+                  logs / "analyst.log")
             with open_analyst_store(url) as s:
-                per_device: Counter[int] = Counter()
-                for g in s.gaps():
-                    per_device[g.device_id] += g.received
-                missing = sum(g.missing for g in s.gaps())
-                (window, result), = s.window_results()
-                stored, dead = s.count(), s.dead_letter_count()
-            assert missing == 1 and dict(per_device) == {1: 1000, 2: 999, 3: 1000}
+                devices = results.devices(s)
+                latest = results.windows(s, states=("done",), limit=1)[0]
+                latest_candidates = results.candidates(s, window=latest.id)
+                metrics = results.metrics(s)
+            assert metrics.gaps == 1 and [(d.device_id, d.group, d.readings) for d in devices] == [
+                (1, "default", 1000), (2, "default", 999), (3, "hall-a", 1000)]
+            assert latest.candidates == len(latest_candidates)
 
             procs.append(_service(["dashboard", "--data-dir", str(data_dir), "--port", "0", "--refresh", "1"],
                                   logs / "dashboard.log"))
             line = _wait("the dashboard's address", lambda: re.search(rb"dashboard: (http://127\.0\.0\.1:\d+/)",
                                                                         (logs / "dashboard.log").read_bytes()),
-                         30, logs / "dashboard.log")
+                         60, logs / "dashboard.log")
             base = line.group(1).decode()
 
             driver = _browser()
             driver.get(base)
             from selenium.webdriver.common.by import By
+            columns = ("device", "group", "readings", "candidates", "eps_window", "eps_total", "cap",
+                       "eps_record_worst", "entropy")
 
-            def device_rows() -> list[tuple[str, str]] | None:
-                rows = [(r.find_element(By.CSS_SELECTOR, "td[data-col=device]").text,
-                         r.find_element(By.CSS_SELECTOR, "td[data-col=readings]").text)
+            def device_rows() -> list[dict[str, str]] | None:
+                rows = [{c: r.find_element(By.CSS_SELECTOR, "td[data-col=%s]" % c).text for c in columns}
                         for r in driver.find_elements(By.CSS_SELECTOR, "#devices tbody tr")
                         if r.find_elements(By.CSS_SELECTOR, "td[data-col=device]")]
                 return rows if len(rows) == DEVICES else None
-            rows = _wait("the per-device table to fill", device_rows, 30, logs / "dashboard.log")
-            assert [(int(d), int(n.replace(",", ""))) for d, n in rows] == sorted(per_device.items())
+            rows = _wait("the per-device table to fill", device_rows, 60, logs / "dashboard.log")
+            for row, d in zip(rows, devices, strict=True):
+                assert (int(row["device"]), row["group"], int(row["readings"].replace(",", "")),
+                        int(row["candidates"].replace(",", "")), row["entropy"]) == (
+                    d.device_id, d.group, d.readings, d.candidates, d.entropy), row
+                # The privacy columns: the page rounds to 4 significant digits.
+                for col, want in (("eps_window", d.eps_window), ("eps_total", d.eps_total), ("cap", d.cap),
+                                  ("eps_record_worst", d.eps_record_worst)):
+                    assert want is not None and float(row[col]) == pytest.approx(float(want), rel=1e-3), (col, row)
+            assert float(rows[0]["eps_window"]) == 18.5 and float(rows[0]["cap"]) == 100
 
-            def latest_candidates() -> str | None:
-                cells = driver.find_elements(By.CSS_SELECTOR, "#windows tbody tr:first-child td[data-col=candidates]")
-                return cells[0].text if cells else None
-            assert int(_wait("the windows table", latest_candidates, 30).replace(",", "")) == result["candidates"]
-            first_window = driver.find_element(By.CSS_SELECTOR, "#windows tbody tr:first-child td[data-col=window]")
-            assert int(first_window.text) == window == 0
+            def latest_done() -> tuple[str, str, str] | None:
+                cells = driver.find_elements(By.CSS_SELECTOR, "#windows tbody tr[data-state=done]")
+                if not cells:
+                    return None
+                w, g, c = (cells[0].find_element(By.CSS_SELECTOR, "td[data-col=%s]" % col).text
+                           for col in ("window", "group", "candidates"))
+                return w, g, c
+            window, group, candidates = _wait("the windows table", latest_done, 60)
+            assert (int(window), group, int(candidates.replace(",", ""))) == (
+                latest.id, latest.group, len(latest_candidates))
 
             title = _wait("the plot", lambda: driver.find_element(By.ID, "plot-title").get_attribute("data-candidates"),
-                          30)
-            assert int(title) == result["candidates"]
+                          60)
+            assert int(title) == len(latest_candidates)
+            assert driver.find_element(By.ID, "plot-title").text.startswith(
+                "Window %d (group %s, its window #%d)" % (latest.id, latest.group, latest.seq))
             dots = driver.find_elements(By.CSS_SELECTOR, "#plot circle.pt-presumed, #plot circle.pt-added")
-            assert len(dots) == min(result["candidates"], MAX_POINTS)
+            assert len(dots) == min(len(latest_candidates), MAX_POINTS)
             assert driver.find_element(By.ID, "x-label").text == "column 1, perturbed value (quanta)"
             assert driver.find_element(By.ID, "y-label").text == "column 2, perturbed value (quanta)"
-            assert driver.find_element(By.CSS_SELECTOR, "#t-dead .v").text == str(dead)
-            assert driver.find_element(By.CSS_SELECTOR, "#t-ingested .v").text == "not recorded"
+            for tile, want in (("t-dead", metrics.dead_letters), ("t-ingested", metrics.ingested),
+                               ("t-duplicates", metrics.duplicates), ("t-windows", metrics.windows_closed),
+                               ("t-failed", metrics.rounds_failed), ("t-gaps", metrics.gaps)):
+                assert driver.find_element(By.CSS_SELECTOR, "#%s .v" % tile).text.replace(",", "") == str(want), tile
             # A script error or a Content-Security-Policy violation shows up here.
             assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
             out = ROOT / "out" / "dashboard"
             out.mkdir(parents=True, exist_ok=True)
             driver.save_screenshot(str(out / "dashboard.png"))
 
-            with urllib.request.urlopen(base + "metrics", timeout=10) as r:
+            with urllib.request.urlopen(base + "metrics", timeout=30) as r:
                 text = r.read().decode()
             value = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
-            assert value["dpsense_readings_stored_total"] == stored == N - 1
-            assert value["dpsense_dead_letters_total"] == dead == 1
-            assert value["dpsense_sequence_numbers_missing"] == missing
-            assert value["dpsense_windows_closed_total"] == 1
-            assert value["dpsense_round_latency_seconds_count"] == 1
-            assert value["dpsense_round_latency_seconds_sum"] == pytest.approx(result["round_s"])
+            for name, want in (("dpsense_readings_ingested_total", metrics.ingested),
+                               ("dpsense_readings_stored_total", metrics.stored),
+                               ("dpsense_readings_duplicates_total", metrics.duplicates),
+                               ("dpsense_dead_letters_total", metrics.dead_letters),
+                               ("dpsense_sequence_numbers_missing", metrics.gaps),
+                               ("dpsense_windows_closed_total", metrics.windows_closed),
+                               ("dpsense_rounds_failed_total", metrics.rounds_failed),
+                               ("dpsense_round_latency_seconds_count", metrics.rounds_completed)):
+                assert value[name] == want, name
+            assert value["dpsense_round_latency_seconds_sum"] == pytest.approx(metrics.round_seconds_total)
+            assert (value["dpsense_readings_stored_total"], value["dpsense_dead_letters_total"]) == (N - 1, 1)
+            assert value["dpsense_round_latency_seconds_count"] == DONE_WINDOWS
         finally:
             if driver is not None:
                 driver.quit()

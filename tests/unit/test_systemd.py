@@ -54,6 +54,18 @@ def test_unit_starts_a_dpsense_command_with_valid_options(name: str) -> None:
     assert args.command in cli.COMMANDS
 
 
+@pytest.mark.parametrize("name", ["dpsense-analyst", "dpsense-correction-server"])
+def test_a_broker_client_gets_its_password(name: str) -> None:
+    """The services refuse to start without a broker password (the broker keeps none): the unit
+    names a --password-file in its own data dir, or a required EnvironmentFile holds it."""
+    s = _unit(name)
+    args = cli.build_parser().parse_args(shlex.split(s["ExecStart"][0])[1:])
+    if args.password_file is not None:
+        assert Path(args.password_file).parent == Path(_data_dir(s))
+    else:
+        assert any(not f.startswith("-") for f in s["EnvironmentFile"])
+
+
 def test_analyst_and_correction_server_are_separate_trust_zones() -> None:
     a, cs = _unit("dpsense-analyst"), _unit("dpsense-correction-server")
     assert a["User"] != cs["User"]
