@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -240,14 +241,17 @@ def status_digest(status: DeviceStatus, text: str) -> bytes:
     return hashlib.sha256(status.topic.encode() + b"\x00" + text.encode()).digest()
 
 
-class TokenListing:
-    """Every stored record token, for comparing the two stores (``dpsense status``)."""
+class TokenListing(ABC):
+    """Every stored record token, for comparing the two stores (``dpsense status``).
+
+    The backends (sqlite.py, postgres.py) give the database access below."""
 
     _PARAM = "?"
     _token_table = ""
 
+    @abstractmethod
     def _rows(self, action: str, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
+        """The rows of ``query``; a database error becomes StorageError naming ``action``."""
 
     def _q(self, sql: str) -> str:
         return sql if self._PARAM == "?" else sql.replace("?", self._PARAM)
@@ -273,11 +277,13 @@ class StreamTables(TokenListing):
     _token_table = "readings"
     _JSON_PARAM = "?"
 
+    @abstractmethod
     def _write(self, action: str) -> AbstractContextManager[Any]:
-        raise NotImplementedError
+        """A cursor in one transaction, committed when the block ends."""
 
+    @abstractmethod
     def _insert_dead(self, cur: Any, dead: Sequence[DeadLetter]) -> None:
-        raise NotImplementedError
+        """Store the dead letters ``dead`` with ``cur``."""
 
     def _x(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         cur.execute(self._q(sql), params)
