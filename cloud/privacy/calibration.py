@@ -7,8 +7,8 @@
 
 :func:`dpsense.cloud.profile.calibrate` computes the provisioning input of the firmware
 (:class:`dpsense.cloud.profile.DeviceProfile`) in the clear: the relaxed sensitivity of every
-column from the 5th and 95th percentiles (SPEC 1.3), the centre (the mean) and the
-outlier-layer width w_O (SPEC 1.6.2). When the calibration data are themselves
+column from the 5th and 95th percentiles (Böhler et al. 2017, relaxed sensitivity by percentiles), the centre (the mean) and the
+outlier-layer width w_O (Böhler et al. 2017, from historical data). When the calibration data are themselves
 personal data, those parameters leak them. :func:`dp_calibrate` releases the same
 fields with epsilon-DP (replace-one neighbours, n public):
 
@@ -179,7 +179,7 @@ def dp_mean(data: Data, *, bounds: tuple[float, float], epsilon: object, rng: Rn
 
 def dp_relaxed_sensitivity(x: np.ndarray, *, bounds: tuple[float, float], epsilon: object,
                            outlier_percent: float = 10.0, grid: int = 2001, rng: Rng | None = None) -> np.ndarray:
-    """SPEC 1.3 per column, ``Q(1 - p/200) - Q(p/200)``, with DP quantiles at ``epsilon / (2 d)`` each.
+    """Relaxed sensitivity by percentiles (Böhler et al. 2017) per column, ``Q(1 - p/200) - Q(p/200)``, with DP quantiles at ``epsilon / (2 d)`` each.
 
     ``epsilon``-DP in all (sequential composition over the ``2 d`` quantiles). No
     accountant here: :func:`dp_calibrate` charges it.
@@ -237,7 +237,7 @@ def dp_calibrate(data: Data, *, bounds: tuple[float, float], epsilon: object, de
     quantum : float
         Units per quantum of the device's fixed-point scale, ``> 0``.
     outlier_percent : float
-        ``p_o`` of SPEC 1.3 (default 10): RS = Q(1 - p_o/200) - Q(p_o/200).
+        Outlier percentage ``p_o`` of the percentile estimate (Böhler et al. 2017; default 10): RS = Q(1 - p_o/200) - Q(p_o/200).
     layer_margin : float
         w_O is ``Q_r(1 - m) - Q_r(1 - p_o/100 + m)`` on the radii, with
         ``m = max(layer_margin p_o/100, 2 ln(grid) / (epsilon_q n))`` (default
@@ -269,7 +269,7 @@ def dp_calibrate(data: Data, *, bounds: tuple[float, float], epsilon: object, de
     ``share_c epsilon / d`` and 2 radius quantiles at ``share_w epsilon / 2``. The
     radii use the released centre (post-processing of an earlier release) and the
     public radius range ``[0, sqrt(d) (upper - lower)]``. The relaxed-sensitivity
-    caveat of SPEC 1.3 still applies: RS estimated below the true RS weakens the
+    caveat of the percentile estimate (Böhler et al. 2017) still applies: RS estimated below the true RS weakens the
     devices' guarantee, and the calibration data must not be the batch the devices
     release.
     """

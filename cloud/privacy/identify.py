@@ -1,4 +1,4 @@
-"""Private (beta, r)-anomaly identification of one record (Asif et al. 2019; SPEC 2).
+"""Private (beta, r)-anomaly identification of one record (Asif et al. 2019).
 
     mech = SPAnomalyIdentification(epsilon=0.5, beta=11, k=1)
     b, c = ball_and_copies(x, x[17], r=12.0)     # ball count (itself included), copies
@@ -6,7 +6,7 @@
     identify(lambda: x, x[17], beta=11, r=12.0, epsilon=0.5, k=1,
              accountant=acct, dataset="sensors-sp")        # validate, check, compute, randomise, spend
 
-Data model (SPEC 2.1): a data set is a histogram ``x`` over record values;
+Data model (Asif et al. 2019, data model): a data set is a histogram ``x`` over record values;
 neighbours differ by **adding or removing** one record (``||x - y||_1 = 1``).
 ``B_x(i, r)`` counts the records within distance ``r`` of ``i``, **the copies of i
 included**; ``i`` is a (beta, r)-anomaly iff ``x_i > 0`` and ``B_x(i, r) <= beta``.
@@ -14,15 +14,15 @@ The anomaly identification query (AIQ) for a fixed record ``i`` answers
 ``g(i, x) in {0, 1}``; absent records get 0.
 
 Both mechanisms are randomised response with an mdd-dependent flip probability
-(SPEC 2.3): output ``g(i, x)`` with probability ``1 - e(Delta)`` and the other bit
+(Asif et al. 2019, minimum discrepant distance): output ``g(i, x)`` with probability ``1 - e(Delta)`` and the other bit
 with probability::
 
     e(Delta) = exp(-epsilon * Delta) / (1 + exp(-epsilon))  =  exp(-epsilon (Delta - 1)) / (1 + exp(epsilon))
 
 where ``Delta`` is the minimum discrepant distance (mdd) of ``x`` in a graph over
-data sets: the full neighbourhood graph G for DP (:func:`mdd_dp`, SPEC 2.4), the
+data sets: the full neighbourhood graph G for DP (:func:`mdd_dp`, Asif et al. 2019, Theorem 4.4), the
 supergraph H of the k-sensitive graph G_S for sensitive privacy (:func:`mdd_sp`,
-SPEC 2.5). Both are closed forms in two integers: ``b = B_x(i, r)`` and
+Asif et al. 2019, Theorem 4.6). Both are closed forms in two integers: ``b = B_x(i, r)`` and
 ``c = x_i``, the number of copies of ``i``.
 
 Sampling is exact, with no floating-point number formed from the data: the flip is
@@ -37,7 +37,7 @@ Accounting: the DP mechanism costs ``epsilon`` of ``epsilon``-DP. The SP mechani
 costs ``epsilon`` of ``(epsilon, k)``-sensitive privacy, a *weaker* guarantee than DP
 for non-sensitive records. :class:`~dpsense.cloud.privacy.accountant.BudgetAccountant` adds
 epsilons; a total mixing DP and SP spends is an SP guarantee for the intersection of
-the graphs (SPEC 2.2, Claim 3), not a DP guarantee. Keep SP queries under a data set
+the graphs (Asif et al. 2019, Claim 3), not a DP guarantee. Keep SP queries under a data set
 name of their own (e.g. ``"sensors-sp"``) when the DP total must stay a DP statement.
 """
 from __future__ import annotations
@@ -127,12 +127,12 @@ def is_anomaly(b: int, c: int, beta: int) -> int:
 
 
 def is_sensitive(b: int, beta: int, k: int) -> bool:
-    """Whether ``i`` is k-sensitive (SPEC 2.2 closed form): ``B_x(i, r) >= beta - k + 1``."""
+    """Whether ``i`` is k-sensitive (closed form derived in docs/paper2.md): ``B_x(i, r) >= beta - k + 1``."""
     return _check_int("ball count b", b, 0) >= _check_int("beta", beta, 1) - _check_int("k", k, 1) + 1
 
 
 def mdd_dp(b: int, c: int, beta: int) -> int:
-    """``Delta_G(i, x)``, the mdd in the full neighbourhood graph (SPEC 2.4).
+    """``Delta_G(i, x)``, the mdd in the full neighbourhood graph (Asif et al. 2019, Theorem 4.4).
 
     Parameters
     ----------
@@ -158,7 +158,7 @@ def mdd_dp(b: int, c: int, beta: int) -> int:
 
 
 def mdd_sp(b: int, c: int, beta: int, k: int) -> int:
-    """``Delta_H(i, x)``, the exact mdd in the supergraph H of the k-sensitive graph G_S (SPEC 2.5).
+    """``Delta_H(i, x)``, the exact mdd in the supergraph H of the k-sensitive graph G_S (closed form derived in docs/paper2.md; it makes Asif et al. 2019's Theorem 4.6 mechanism computable).
 
     H keeps every edge of G that adds or removes a record other than ``i``, and an edge
     ``(x, x + e_i)`` iff ``B_{x + e_i}(i, r) >= T = beta - k + 1``. Since H contains
@@ -223,7 +223,7 @@ class _AIQ(Mechanism):
     @abstractmethod
     def mdd(self, b: int, c: int) -> int:
         """The minimum discrepant distance for ball count ``b`` and ``c`` copies; each
-        subclass defines it (SPEC 2.4 for DP, 2.5 for sensitive privacy)."""
+        subclass defines it (Asif et al. 2019, Theorem 4.4 for DP, Theorem 4.6 for sensitive privacy)."""
 
     def error_probability(self, b: int, c: int) -> float:
         """Probability that the output differs from ``g(i, x)`` (a float, for reporting)."""
@@ -251,7 +251,7 @@ class _AIQ(Mechanism):
         return self.epsilon, Fraction(0)
 
     def record_loss(self, b: int, c: int) -> float:
-        """Effective loss of a present record (SPEC 2.5): ``max_o |ln P(M(x)=o) - ln P(M(x - e_i)=o)|``.
+        """Effective loss of a present record (Asif et al. 2019, the per-record level of Figs. 2-3): ``max_o |ln P(M(x)=o) - ln P(M(x - e_i)=o)|``.
 
         ``x - e_i`` removes one copy of the queried record (ball and copies drop by 1).
         Equals ``epsilon`` or less under DP; under SP it can exceed ``epsilon`` for
@@ -274,7 +274,7 @@ class _AIQ(Mechanism):
 
 
 class DPAnomalyIdentification(_AIQ):
-    """The optimal ``epsilon``-DP mechanism for the (beta, r)-AIQ ("Theorem 4.4", SPEC 2.4).
+    """The optimal ``epsilon``-DP mechanism for the (beta, r)-AIQ (Asif et al. 2019, Theorem 4.4).
 
     Guarantee: ``epsilon``-differential privacy under add/remove-one neighbours, for
     any fixed record ``i``, ``beta`` and ``r``: along every edge of G the mdd changes by
@@ -301,7 +301,7 @@ class DPAnomalyIdentification(_AIQ):
     ----------
     H. Asif, P. A. Papakonstantinou, J. Vaidya, "How to Accurately and Privately
     Identify Anomalies", ACM CCS 2019, Sect. 4 (mdd mechanism; form reconstructed in
-    SPEC 2.3-2.4).
+    Asif et al. 2019, mdd and Theorem 4.4).
     C. Canonne, G. Kamath, T. Steinke, "The Discrete Gaussian for Differential
     Privacy", NeurIPS 2020, Algorithm 1 (exact Bernoulli(exp(-g))).
     """
@@ -318,7 +318,7 @@ class DPAnomalyIdentification(_AIQ):
 
 
 class SPAnomalyIdentification(_AIQ):
-    """An ``(epsilon, k)``-sensitively private mechanism for the (beta, r)-AIQ ("Theorem 4.6", SPEC 2.5).
+    """An ``(epsilon, k)``-sensitively private mechanism for the (beta, r)-AIQ (Asif et al. 2019, Theorem 4.6).
 
     Guarantee: ``(epsilon, k)``-sensitive privacy under add/remove-one neighbours: for
     every two data sets ``x, y`` joined by an edge of the k-sensitive neighbourhood
@@ -348,14 +348,14 @@ class SPAnomalyIdentification(_AIQ):
     Error ``e(Delta_H)`` with the closed form :func:`mdd_sp`. A non-sensitive
     single-copy anomaly (``b <= beta - k``) has ``Delta_H = beta - k + 2 - b >= 2``, so
     its error decays exponentially with its isolation. ``Delta_H <= Delta_GS``: this
-    mechanism is valid but not necessarily the most accurate SP mechanism (SPEC 2.5).
+    mechanism is valid but not necessarily the most accurate SP mechanism (Asif et al. 2019, Theorem 4.6).
     Cost as for :class:`DPAnomalyIdentification`.
 
     References
     ----------
     H. Asif, P. A. Papakonstantinou, J. Vaidya, "How to Accurately and Privately
     Identify Anomalies", ACM CCS 2019, Sect. 3-4 (sensitive privacy; the closed form
-    used here is SPEC 2.5's derivation, brute-force checked in the tests).
+    used here is the derivation in docs/paper2.md, brute-force checked in the tests).
     """
 
     def __init__(self, *, epsilon: object, beta: int, k: int, rng: Rng | None = None) -> None:
@@ -424,7 +424,7 @@ def ball_and_copies_many(x: object, queries: object, r: float) -> tuple[np.ndarr
 
 
 def batch_multiplicity(queries: object, r: float) -> int:
-    """Upper bound on SPEC 2.2 Claim 5's ``m``: queried records inside any ball of radius ``r``.
+    """Upper bound on the ``m`` of Asif et al. 2019, Claim 5: queried records inside any ball of radius ``r``.
 
     Any ball of radius ``r`` holding queried records lies within ``2 r`` of each of
     them, so ``m <= max_t #{t' : d(i_t, i_t') <= 2 r}`` (duplicates counted). Answering
@@ -495,7 +495,7 @@ def identify(source: Callable[[], object], record: object, *, beta: int, r: floa
 def identify_many(source: Callable[[], object], records: object, *, beta: int, r: float, epsilon: object,
                   accountant: BudgetAccountant, dataset: str, k: int, rng: Rng | None = None,
                   query: str | None = None) -> tuple[np.ndarray, Fraction]:
-    """SP answers for many queried records at once, charged ``m * epsilon`` (SPEC 2.2, Claim 5).
+    """SP answers for many queried records at once, charged ``m * epsilon`` (Asif et al. 2019, Claim 5).
 
     ``m`` is :func:`batch_multiplicity` of the queried records (public, so computed
     before the budget check). Order: validate, compute ``m``, ``accountant.check``,

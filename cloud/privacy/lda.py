@@ -1,4 +1,4 @@
-"""DP-LDA synthetic data (Jiang et al. 2013, SPEC 3.5-3.6): noisy class statistics, then
+"""DP-LDA synthetic data (Jiang et al. 2013, DP-LDA): noisy class statistics, then
 greedy synthesis of labelled records.
 
     syn = dp_lda_synthesise(x, y, schema=schema, epsilon=1.0)
@@ -49,7 +49,7 @@ def dp_lda_synthesise(data: Data, labels: object = None, *, schema: Schema, epsi
                       n_synthetic: int | None = None, count_share: float = 0.05, noise: Noise = None,
                       accountant: BudgetAccountant | None = None, dataset: str | None = None,
                       query: str = "dp-lda synthesise") -> LDARelease:
-    """Synthetic labelled records matching noisy LDA statistics (SPEC 3.5, 3.6).
+    """Synthetic labelled records matching noisy LDA statistics (Jiang et al. 2013, DP-LDA and its greedy sampling).
 
     Parameters
     ----------
@@ -81,8 +81,8 @@ def dp_lda_synthesise(data: Data, labels: object = None, *, schema: Schema, epsi
     get ``Lap(s_L / eps_s)`` per entry with ``eps_s = (1 - count_share) epsilon``. The
     size of class 1 gets ``Lap(1 / eps_c)``, ``eps_c = count_share epsilon`` (it changes
     by at most 1; class 0 is ``n`` minus it). The paper divides by the **exact** class
-    sizes and generates exactly ``n1`` and ``n2`` records, which releases them (SPEC
-    3.5 pitfall); here the noisy sizes are used. Means, the second moment and the
+    sizes and generates exactly ``n1`` and ``n2`` records, which releases them (not
+    covered by the paper's privacy proof); here the noisy sizes are used. Means, the second moment and the
     greedy synthesis are post-processing. The categorical sensitivity is the corrected
     one (see the module docstring), larger than the paper's.
     Synthesis cost ``O(m p^2)`` for ``m`` records (vectorised per feature).
@@ -146,7 +146,7 @@ def dp_lda_synthesise(data: Data, labels: object = None, *, schema: Schema, epsi
 
 def greedy_synthesise(means: np.ndarray, m2: np.ndarray, counts: np.ndarray, m: int,
                       schema: Schema) -> tuple[np.ndarray, np.ndarray]:
-    """Greedy L1 fitting of ``m`` records to (noisy) class means and second moment (SPEC 3.6).
+    """Greedy L1 fitting of ``m`` records to (noisy) class means and second moment (Jiang et al. 2013, greedy sampling for DP-LDA).
 
     Pure post-processing of its inputs. The class of each new record is the one
     furthest behind its share, ``argmin m_c / n_c`` (ties to class 0). Residuals

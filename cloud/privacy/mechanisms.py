@@ -14,7 +14,7 @@ floating-point rounding depends on the data.
 
 Two mechanisms have a ``paper_mode`` that reproduces a calibration printed in
 Okada et al. (ECML-PKDD 2015) for comparison with their figures. Neither is
-epsilon-DP at the stated epsilon (SPEC 4.7, 4.8): constructing one warns with
+epsilon-DP at the stated epsilon (Okada et al. 2015, Theorem 7 and their smooth-sensitivity calibration; docs/paper4.md): constructing one warns with
 :class:`PaperModeWarning` and its ``repr`` says so.
 """
 from __future__ import annotations
@@ -187,7 +187,7 @@ class Gaussian(Mechanism):
     calibration : {"zcdp", "classical"}, optional
         ``"zcdp"`` (default): the smallest noise whose zCDP guarantee converts to
         ``(epsilon, delta)``. ``"classical"``: ``sigma = sensitivity *
-        sqrt(2 ln(2/delta)) / epsilon`` as in Okada et al., Thm. 1 (SPEC 4.2),
+        sqrt(2 ln(2/delta)) / epsilon`` as in Okada et al. 2015, Thm. 1,
         accepted only where the zCDP conversion certifies it (up to about
         ``epsilon = 5.5`` at ``delta = 0.01``), ``ValueError`` elsewhere.
     granularity, values_on_grid, rng
@@ -265,7 +265,7 @@ def nrs_alpha_beta(epsilon: float, delta: float, dimension: int = 1) -> tuple[fl
     """Nissim-Raskhodnikova-Smith constants for Gaussian noise with smooth sensitivity.
 
     ``alpha = epsilon / (5 sqrt(2 ln(2/delta)))``,
-    ``beta = epsilon / (4 (dimension + ln(2/delta)))`` (SPEC 4.2).
+    ``beta = epsilon / (4 (dimension + ln(2/delta)))`` (Okada et al. 2015, Thm. 2, from Nissim, Raskhodnikova and Smith 2007).
     """
     if not (epsilon > 0 and 0 < delta < 1) or dimension < 1:
         raise ValueError("need epsilon > 0, 0 < delta < 1, dimension >= 1")
@@ -277,7 +277,7 @@ class SmoothSensitivityGaussian(Mechanism):
     """Gaussian noise scaled to a smooth upper bound of the local sensitivity.
 
     Guarantee (default mode): ``(epsilon, delta + slack)``-DP for neighbours in the relation the smooth bound
-    was computed for (replace-one for ``q_count``, SPEC 4.1), provided the caller
+    was computed for (replace-one for ``q_count``, Okada et al. 2015, definitions), provided the caller
     passes ``S(X)`` that is an upper bound on the local sensitivity at ``X`` and
     ``beta``-smooth, ``S(X) <= exp(beta) S(X')`` for neighbours, with ``beta`` the
     attribute of this object. ``slack`` (an attribute, charged by
@@ -286,7 +286,7 @@ class SmoothSensitivityGaussian(Mechanism):
 
     With ``paper_mode=True`` the calibration printed by Okada et al. is used,
     ``beta = epsilon`` and ``sigma = S sqrt(2 ln(2/delta)) / epsilon``. That is
-    **not** ``(epsilon, delta)``-DP (SPEC 4.8): for the same ``S`` the noise is 5
+    **not** ``(epsilon, delta)``-DP (docs/paper4.md, "Where we differ"): for the same ``S`` the noise is 5
     times smaller than NRS noise, and ``beta = epsilon`` (25 times the NRS value at
     ``delta = 0.01``) lets the smooth bound itself decay much faster.
     ``privacy_cost()`` then raises, so such releases cannot be charged to a budget.
@@ -326,7 +326,7 @@ class SmoothSensitivityGaussian(Mechanism):
     ``1/sigma_min`` (``sigma_min = floor/(alpha g) >= 2``), so
     ``slack = (1 + exp(epsilon/2)) / sigma_min``.
 
-    Pitfall (SPEC 4.8): with these constants ``beta`` is tiny, the smooth bound of
+    Pitfall (docs/paper4.md, "Where we differ"): with these constants ``beta`` is tiny, the smooth bound of
     ``q_count`` stays large, and ``sigma = S/alpha`` is typically larger than the
     global-sensitivity Gaussian; the paper's smaller noise comes from paper mode.
 
@@ -419,7 +419,7 @@ class Exponential(Mechanism):
     With ``paper_mode=True`` the calibration printed in Okada et al. (Thm. 3,
     Alg. 3) is used: ``c = epsilon``, whatever ``sensitivity`` is. That is
     **not** ``epsilon``-DP; it is ``2 epsilon sensitivity``-DP, and
-    ``privacy_cost()`` charges that (SPEC 4.7).
+    ``privacy_cost()`` charges that (Okada et al. 2015, Theorem 7 and Algorithm 3).
 
     Parameters
     ----------

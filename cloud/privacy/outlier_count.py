@@ -1,10 +1,10 @@
-"""DP count of distance-based outliers, ``q_count(X, k, r, S)`` (Okada et al., SPEC 4.1-4.6).
+"""DP count of distance-based outliers, ``q_count(X, k, r, S)`` (Okada et al. 2015, Theorems 4-6 and Algorithms 1-2).
 
     rel = dp_outlier_count(X, k=3, r=1.1, epsilon=0.5, delta=0.01,
                            method="smooth", accountant=acct, dataset="sensors")
     rel.value                       # the released, noisy count
 
-Definitions (SPEC 4.1): replace-one neighbours (N fixed); the normalised subspace
+Definitions (Okada et al. 2015, definitions): replace-one neighbours (N fixed); the normalised subspace
 distance ``dist_S(x, y) = sqrt(sum_{i in S} (x_i - y_i)**2 / |S|)``; ``deg(x)`` counts
 the *other* records (by index, duplicates included) within ``r``; x is an outlier when
 ``deg(x) < k``.
@@ -16,7 +16,7 @@ Two mechanisms, both (epsilon, delta)-DP by default:
   number ``K_d`` (``gs="upper"``, the default). ``gs="lower"`` uses the lower bound
   ``min(N, 2 d k + 1)``, the paper's "Global" baseline; it is exact for ``d = 1`` and
   **not a DP guarantee for d >= 2** (the true GS can be larger; for d = 2 it is
-  5k + 1 empirically, SPEC 4.3).
+  5k + 1 empirically, Okada et al. 2015, Theorem 4).
 * ``method="smooth"``: the NRS Gaussian ``q + (S(X)/alpha) Z`` with the beta-smooth
   bound ``S`` of :mod:`dpsense.cloud.privacy.smooth` (exact ball counts for ``|S| <= 2``).
   For ``|S| > 2`` the ball count ``C_t`` is replaced by the size of the whole level
@@ -24,7 +24,7 @@ Two mechanisms, both (epsilon, delta)-DP by default:
   and still beta-smooth (each other degree moves by at most 1 and one record
   changes, so ``|P_t(X)| <= |P_{t+1}(X')| + 1``); it is looser than the paper's.
   ``paper_mode=True`` uses the printed calibration (beta = epsilon, sigma =
-  S sqrt(2 ln(2/delta))/epsilon) and is **NOT differentially private** (SPEC 4.8);
+  S sqrt(2 ln(2/delta))/epsilon) and is **NOT differentially private** (docs/paper4.md);
   it cannot be charged to an accountant.
 
 Order of work (as ``queries.py``): validate the parameters, ``accountant.check``,
@@ -52,7 +52,7 @@ __all__ = ["CountRelease", "KISSING_UPPER", "dp_outlier_count", "global_sensitiv
 #: (Mittelmann-Vallentin 2010 and earlier SDP bounds), which is all a DP guarantee needs.
 KISSING_UPPER = {1: 2, 2: 6, 3: 12, 4: 24, 5: 44, 6: 78, 7: 134, 8: 240, 9: 364, 10: 554, 24: 196560}
 
-NOT_DP = "NOT differentially private (paper_mode: printed calibration, SPEC 4.8)"
+NOT_DP = "NOT differentially private (paper_mode: printed calibration, docs/paper4.md)"
 
 
 def kissing_upper(d: int) -> int:

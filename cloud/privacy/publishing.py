@@ -1,17 +1,17 @@
-"""Differentially private data publishing by component analysis (Jiang et al. 2013, SPEC 3).
+"""Differentially private data publishing by component analysis (Jiang et al. 2013).
 
 DP-PCA and the LAP/EXP baselines here; DP-LDA synthetic data in ``dpsense.cloud.privacy.lda``.
 
     schema = Schema(bounds=((17, 90), (1, 16)), levels=(2,))     # 2 numeric columns, one 2-level categorical
     rel = dp_pca_publish(x, schema=schema, epsilon=1.0, k=2)      # rows one-to-one with x
-    lap = laplace_publish(x, schema=schema, epsilon=1.0)          # baseline LAP (SPEC 3.3)
-    exp = exponential_publish(x, schema=schema, epsilon=1.0)      # baseline EXP (SPEC 3.3)
+    lap = laplace_publish(x, schema=schema, epsilon=1.0)          # baseline LAP (Jiang et al. 2013, LAP/EXP baselines)
+    exp = exponential_publish(x, schema=schema, epsilon=1.0)      # baseline EXP (Jiang et al. 2013, LAP/EXP baselines)
 
 Data layout: the ``p1`` numeric columns first (any units, clipped to the public
 ``bounds`` and mapped to ``[0, 1]``), then one one-hot group per categorical variable
 (``levels`` gives the group sizes; each group is snapped to a one-hot pattern by its
 argmax before use, so every encoded record has exactly one 1 per group). The neighbour
-relation is **replace one record** (n fixed and public), as in the paper (SPEC 7).
+relation is **replace one record** (n fixed and public), as in the paper (the papers' neighbour relations: docs/curator.md).
 
 Sensitivities of one encoded record ``x`` in this layout, used throughout (``p2`` =
 number of categorical variables, ``p = p1 + sum(levels)``):
@@ -24,7 +24,7 @@ number of categorical variables, ``p = p1 + sum(levels)``):
   each; for a numeric column ``a`` and a categorical variable, the entries
   ``(a, level)`` hold ``x_a`` at one level and ``y_a`` at another, L1 change at most 2;
   a categorical's own block (diagonal = its dummies) at most 2; two different
-  categoricals at most 2. **The paper's** ``[(p1+p2)(p1+p2+1) + p2(p2+1)]/2`` (SPEC 3.4)
+  categoricals at most 2. **The paper's** ``[(p1+p2)(p1+p2+1) + p2(p2+1)]/2`` (Jiang et al. 2013, categorical variables)
   is the change when every numeric value flips 0<->1 and every category changes, but
   that is not the worst case once ``p2 >= 2``: keeping some numerics at 1 in both
   records makes each of their ``(a, level)`` blocks move by 2. Over the corners of the
@@ -178,7 +178,7 @@ class Schema:
         return out
 
     def recover(self, z: np.ndarray) -> np.ndarray:
-        """Post-processing in [0, 1] units: clip numerics, argmax every group (SPEC 3.4)."""
+        """Post-processing in [0, 1] units: clip numerics, argmax every group (Jiang et al. 2013, categorical variables)."""
         out = np.array(z, dtype=float)
         out[:, :self.p1] = np.clip(out[:, :self.p1], 0.0, 1.0)
         for g in self.groups():
@@ -194,7 +194,7 @@ def _one_hot(block: np.ndarray) -> np.ndarray:
 
 
 def pca_sensitivity(schema: Schema, k: int) -> tuple[int, float]:
-    """``(s, t)``: L1 sensitivity of (S1, upper S2) and of one projected row (SPEC 3.2, 3.4).
+    """``(s, t)``: L1 sensitivity of (S1, upper S2) and of one projected row (Jiang et al. 2013, DP-PCA Lemmas 1-2 and categorical variables).
 
     ``s = first_moment_l1 + second_moment_l1``; ``t = sqrt(k * record_l2_squared)``
     (Lemma 2: ``||U_k^T d||_1 <= sqrt(k) ||d||_2``).
@@ -206,7 +206,7 @@ def lda_sensitivity(schema: Schema) -> int:
     """L1 sensitivity of (S1 class 1, S1 class 2, upper S2): ``2 first_moment_l1 + second_moment_l1``.
 
     A record that changes class leaves one class sum and enters the other, so both
-    first moments move (SPEC 3.5 ``s_L``, with the corrected categorical terms).
+    first moments move (Jiang et al. 2013, DP-LDA ``s_L``, with the corrected categorical terms).
     """
     return 2 * schema.first_moment_l1() + schema.second_moment_l1()
 
@@ -408,7 +408,7 @@ def dp_pca_publish(data: Data, *, schema: Schema, epsilon: object, k: int, noise
 def laplace_publish(data: Data, *, schema: Schema, epsilon: object, noise: Noise = None,
                     recover: bool = True, accountant: BudgetAccountant | None = None,
                     dataset: str | None = None, query: str = "lap publish") -> tuple[np.ndarray, np.ndarray]:
-    """Baseline LAP: every encoded entry plus ``Lap((p1 + 2 p2)/epsilon)`` (SPEC 3.3).
+    """Baseline LAP: every encoded entry plus ``Lap((p1 + 2 p2)/epsilon)`` (Jiang et al. 2013, LAP/EXP baselines).
 
     Returns ``(values in data units, normalised [0, 1] values)``, post-processed if ``recover``.
 
@@ -449,7 +449,7 @@ def exponential_publish(data: Data, *, schema: Schema, epsilon: object, grid: in
                         noise: Noise = None, recover: bool = True,
                         accountant: BudgetAccountant | None = None, dataset: str | None = None,
                         query: str = "exp publish", chunk: int = 2000) -> tuple[np.ndarray, np.ndarray]:
-    """Baseline EXP (SPEC 3.3 stand-in): each entry re-drawn from a grid by the exponential mechanism.
+    """Baseline EXP (stand-in for the EXP baseline of Jiang et al. 2013): each entry re-drawn from a grid by the exponential mechanism.
 
     For every record and encoded column, a value ``v`` of ``G = {0, 1/(grid-1), ..., 1}``
     is drawn with probability ``~ exp(eps_a * (-|v - x|) / 2)``, ``eps_a = epsilon / p``.
@@ -461,7 +461,7 @@ def exponential_publish(data: Data, *, schema: Schema, epsilon: object, grid: in
     Guarantee: ``epsilon``-DP under replace-one. The utility ``-|v - x|`` of one entry
     changes by at most 1 (entries in [0, 1]); ``p`` draws per record at ``epsilon/p``
     compose to ``epsilon``, and records are disjoint. The paper's exact utility (Blum,
-    Ligett, Roth) is not given (SPEC 3.3 [UNKNOWN]); this is the recommended stand-in.
+    Ligett, Roth) is not given in Jiang et al. 2013; this is the recommended stand-in.
     Cost ``O(n p grid)``.
 
     References

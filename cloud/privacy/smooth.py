@@ -1,10 +1,10 @@
-"""Smooth upper bound of the local sensitivity of the outlier count (Okada et al., SPEC 4.3-4.6).
+"""Smooth upper bound of the local sensitivity of the outlier count (Okada et al. 2015, Theorems 4-6 and Algorithms 1-2).
 
     X = np.array([[0.0, 0.1], [0.2, 0.0], [5.0, 5.0], ...])       # N points, d = 1 or 2
     b = smooth_sensitivity(X, k=3, r=1.1, beta=mech.beta)
     mech.randomise(outlier_count(X, 3, 1.1), b.value)              # SmoothSensitivityGaussian
 
-Definitions (SPEC 4.1, 4.4). ``dist(x, y) = ||x - y|| / sqrt(d)`` (the normalised
+Definitions (Okada et al. 2015, definitions and Theorems 5-6). ``dist(x, y) = ||x - y|| / sqrt(d)`` (the normalised
 distance), ``deg(x)`` = number of *other* records (by index) within ``r``, and x is
 an outlier when ``deg(x) < k``. For ``t >= 0`` and ``m`` in ``{k, k-1}``,
 ``C_t(m)`` is the largest number of records with ``|deg - m| <= t`` that one closed
@@ -12,7 +12,7 @@ ball of radius ``r`` (centred anywhere) can hold. Theorem 6 bounds the local
 sensitivity at distance ``t`` by ``U_t = min(N, max(C_t(k), C_t(k-1)) + t + 1)``
 and the bound released is ``S(X) = max_{t=0..N} exp(-t beta) U_t``.
 
-Why ``S`` is a ``beta``-smooth upper bound (the caveat of SPEC 4.6): ``U_0`` bounds
+Why ``S`` is a ``beta``-smooth upper bound (Okada et al. 2015 do not prove it for Algorithm 2): ``U_0`` bounds
 the local sensitivity (Theorem 5/6). Replacing one record moves every other degree
 by at most one and removes at most one record from any fixed ball, so
 ``C_t(X) <= C_{t+1}(X') + 1`` and ``U_t(X) <= U_{t+1}(X')`` for neighbours ``X'``;

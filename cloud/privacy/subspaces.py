@@ -1,4 +1,4 @@
-"""DP top-h outlier subspaces with the exponential mechanism (Okada et al., Alg. 3, SPEC 4.7).
+"""DP top-h outlier subspaces with the exponential mechanism (Okada et al. 2015, Theorem 7 and Algorithm 3).
 
     sel = top_h_subspaces(X, k=3, r=0.13, h=2, epsilon=1.0, accountant=acct, dataset="d")
     sel.subspaces                   # e.g. ((0,), (1,))
@@ -129,7 +129,7 @@ def _select(u: np.ndarray, h: int, epsilon: object, paper_mode: bool, rng: Rng |
 def _selection_cost(epsilon: object, paper_mode: bool) -> tuple[Fraction, str]:
     eps = check_epsilon(epsilon)
     if paper_mode:
-        return 2 * eps, "%s-DP overall, NOT %s-DP (paper_mode: exp((epsilon/h) u), SPEC 4.7)" % (2 * eps, eps)
+        return 2 * eps, "%s-DP overall, NOT %s-DP (paper_mode: exp((epsilon/h) u), Okada et al. 2015, Theorem 7 and Algorithm 3)" % (2 * eps, eps)
     return eps, "%s-DP overall (h rounds of the exponential mechanism at epsilon/h)" % eps
 
 
@@ -143,7 +143,7 @@ def top_h_subspaces(X: object, *, k: int, r: float, h: int, epsilon: object,
     ----------
     X : array_like, shape (N, d)
     k, r : int, float
-        Outlier definition (SPEC 4.1), normalised metric.
+        Outlier definition (Okada et al. 2015, definitions), normalised metric.
     h : int
         Number of subspaces, ``1 <= h <= len(cands)``.
     epsilon : float
@@ -206,7 +206,7 @@ def subspaces_with_counts(X: object, *, k: int, r: float, h: int, epsilon_select
                           count_method: Literal["smooth", "global"] = "smooth",
                           accountant: BudgetAccountant | None = None, dataset: str | None = None,
                           rng: Rng | None = None, query: str = "top-h subspaces + counts") -> SubspacesWithCounts:
-    """Scenario 2: DP top-h subspaces, then a DP count for each (SPEC 4.1, 4.7).
+    """Scenario 2: DP top-h subspaces, then a DP count for each (Okada et al. 2015, definitions and Theorem 7).
 
     Each count is released at ``(epsilon_count/h, delta/h)``, smooth (NRS) or global
     (Gaussian, Theorem 4 upper bound, zCDP calibration). The total,

@@ -108,7 +108,7 @@ def test_zcdp_calibration_is_dp_and_tight(eps, delta):
 
 
 def test_classical_calibration_matches_spec_table():
-    """SPEC 4.9: sigma_global = GS * sqrt(2 ln(2/delta)) / epsilon, 423.2 at GS=13, epsilon=0.1."""
+    """Okada et al. 2015, Thm. 1 and the Synthetic-1 baseline: sigma_global = GS * sqrt(2 ln(2/delta)) / epsilon, 423.2 at GS=13, epsilon=0.1."""
     for eps, expected in [(0.1, 423.2), (0.5, 84.6), (0.9, 47.0)]:
         mech = Gaussian(epsilon=eps, delta=0.01, sensitivity=13, calibration="classical")
         assert mech.sigma == pytest.approx(expected, abs=0.06)

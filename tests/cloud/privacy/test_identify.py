@@ -1,6 +1,6 @@
-"""(beta, r)-anomaly identification: mdd closed forms and privacy by brute force (SPEC 2.2-2.5).
+"""(beta, r)-anomaly identification: mdd closed forms and privacy by brute force (Asif et al. 2019, sensitive privacy and the mdd mechanisms).
 
-The brute-force universe is SPEC's Fig. 4 setting: values {0, ..., 4} on a line, the
+The brute-force universe is the setting of Asif et al. 2019, Fig. 4: values {0, ..., 4} on a line, the
 l1 metric, r = 1, so the ball of a value holds itself and its two neighbours. Data
 sets are histograms with counts 0..CAP per value. Probabilities are exact rationals:
 ``epsilon = ln(1/q)`` with a rational ``q``, so ``exp(-epsilon * Delta) = q**Delta``.
@@ -271,7 +271,7 @@ def test_validation_table(call, err):
 
 
 def test_closed_form_table_values():
-    # SPEC 2.4/2.5 rows, beta = 3, k = 1.
+    # One row per state of the Delta_G and Delta_H closed forms (docs/paper2.md), beta = 3, k = 1.
     assert mdd_dp(1, 1, 3) == 1 and mdd_sp(1, 1, 3, 1) == 3          # isolated anomaly
     assert mdd_dp(3, 1, 3) == 1 and mdd_sp(3, 1, 3, 1) == 1          # sensitive anomaly
     assert mdd_dp(6, 1, 3) == 3 and mdd_sp(6, 1, 3, 1) == 3          # normal

@@ -1,4 +1,4 @@
-"""DP outlier count (SPEC 4.1-4.6): definitions, sensitivity tables, calibration, accountant order."""
+"""DP outlier count (Okada et al. 2015, Theorems 4-6 and Algorithms 1-2): definitions, sensitivity tables, calibration, accountant order."""
 import math
 import warnings
 from fractions import Fraction

@@ -1,4 +1,4 @@
-"""DP-PCA, DP-LDA and the LAP/EXP baselines (cloud/privacy/publishing.py, SPEC 3.2-3.6).
+"""DP-PCA, DP-LDA and the LAP/EXP baselines (cloud/privacy/publishing.py, Jiang et al. 2013, DP-PCA and DP-LDA).
 
 Statistical checks are seeded, so they are deterministic; the tolerances are stated as
 multiples of the estimator's standard deviation, with the false-failure rate that the
@@ -71,7 +71,7 @@ def test_sensitivities_bound_the_brute_force_maximum(p1, levels):
     assert second <= s.second_moment_l1()          # our bound holds
     paper = ((p1 + len(levels)) * (p1 + len(levels) + 1) + len(levels) * (len(levels) + 1)) // 2
     if p1 and len(levels) >= 2:
-        assert paper < second                      # SPEC 3.4's formula under-estimates
+        assert paper < second                      # Jiang et al. 2013's categorical formula under-estimates
     # interior points never exceed the bound either (random search)
     rng = np.random.default_rng(p1 * 10 + len(levels))
     for _ in range(2000):

@@ -126,9 +126,9 @@ def test_normalised_distance_in_2d():
 
 
 def test_pitfall_4_8_on_a_synthetic_1_instance():
-    """SPEC 4.8: NRS beta keeps S large (tens for N = 50); beta = epsilon gives a few.
+    """The calibration pitfall of docs/paper4.md: NRS beta keeps S large (tens for N = 50); beta = epsilon gives a few.
 
-    Synthetic 1 (SPEC 4.9): 45 inliers N(0, I), 5 outliers N((20, 20), 100 I), k = 3,
+    Synthetic 1 (Okada et al. 2015, experiments; smaller here): 45 inliers N(0, I), 5 outliers N((20, 20), 100 I), k = 3,
     r = 1.1, epsilon = 0.1, delta = 0.01. The sigma of the NRS mechanism then exceeds
     the global-sensitivity Gaussian's 423.2 many times over.
     """

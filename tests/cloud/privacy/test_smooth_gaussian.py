@@ -62,7 +62,7 @@ def test_small_bounds_are_raised_to_the_floor():
 
 
 def test_nrs_constants_match_spec():
-    """SPEC 4.9: alpha = epsilon/16.276 and beta = epsilon/25.19 at delta = 0.01, p = 1."""
+    """Okada et al. 2015, Thm. 2 (NRS) constants: alpha = epsilon/16.276 and beta = epsilon/25.19 at delta = 0.01, p = 1."""
     for eps in (0.1, 0.5, 0.9):
         alpha, beta = nrs_alpha_beta(eps, 0.01)
         assert eps / alpha == pytest.approx(16.276, abs=5e-4)
@@ -72,7 +72,7 @@ def test_nrs_constants_match_spec():
 
 
 def test_pitfall_4_8_noise_sizes():
-    """SPEC 4.8 table at epsilon 0.1: S = 45.3 gives sigma 7369 (NRS); paper mode S = 6.1 gives 198.5."""
+    """One Synthetic-1 instance at epsilon 0.1 (the calibration pitfall of docs/paper4.md): S = 45.3 gives sigma 7369 (NRS); paper mode S = 6.1 gives 198.5."""
     nrs = SmoothSensitivityGaussian(epsilon=0.1, delta=0.01)
     assert nrs.sigma(45.3) == pytest.approx(7369, rel=1e-3)
     with pytest.warns(PaperModeWarning):
@@ -131,7 +131,7 @@ def test_nrs_constants_leave_a_wide_margin(eps, delta):
 
     Noise sd 1 at X (S(X) = alpha), shift up to alpha, sd e^lambda at X' with
     |lambda| <= beta, both orders. The discretisation slack (about 1e-13) is far
-    inside this margin; the margin is also why the NRS noise is so large (SPEC 4.8).
+    inside this margin; the margin is also why the NRS noise is so large (docs/paper4.md, "Where we differ").
     """
     alpha, beta = nrs_alpha_beta(eps, delta)
     worst = 0.0

@@ -1,4 +1,4 @@
-"""DP top-h subspaces (SPEC 4.7): utilities, exact selection law, composition, accountant."""
+"""DP top-h subspaces (Okada et al. 2015, Theorem 7 and Algorithm 3): utilities, exact selection law, composition, accountant."""
 import itertools
 import math
 import warnings
