@@ -61,8 +61,8 @@ class AnalystParams:
 
     ``detector`` picks the outlier notion applied to every window: ``dbscan`` (noise
     points of DBSCAN(eps_q, min_samples), the paper's), ``kr`` (fewer than
-    ``min_samples`` other readings within ``eps_q``, SPEC 4.1) or ``beta_r`` (at most
-    ``min_samples`` readings, itself included, within ``eps_q``, SPEC 2.1). ``window`` is a
+    ``min_samples`` other readings within ``eps_q``, Okada et al. 2015, definitions) or ``beta_r`` (at most
+    ``min_samples`` readings, itself included, within ``eps_q``, Asif et al. 2019, data model). ``window`` is a
     ``WindowSpec`` (an int means that many readings). ``min_window`` defaults to
     ``windows.min_window_size``; ``settle`` is how long after a time window's end the
     analyst waits for readings still being committed; a round whose correction records
@@ -258,7 +258,7 @@ class Analyst:
 
     def _paper_round(self, rid: int, tokens: list[bytes], presumed: np.ndarray, dist: np.ndarray,
                      n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any], dict[str, Any]]:
-        """SPEC 1.5 lines 2-6: O' out, d_TP and w_O back, I_L2 and I_L3 out, FP and FN back."""
+        """Correction protocol of Böhler et al. 2017, Sect. 6, lines 2-6: O' out, d_TP and w_O back, I_L2 and I_L3 out, FP and FN back."""
         pub = self._client.publish
         pub(topics.ROUND_TO_CS, msg.encode("presumed", rid, tokens=msg.tokens_field(tokens), presumed=presumed),
             qos=1)

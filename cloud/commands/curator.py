@@ -53,7 +53,7 @@ def parser_curator(p: argparse.ArgumentParser) -> None:
                      help="LOWER,UPPER: public range of every column (values are clipped to it)")
     cal.add_argument("--device-epsilon", default="0.5", help="epsilon per column on the devices (default 0.5)")
     cal.add_argument("--quantum", type=float, default=0.01, help="units per quantum (default 0.01)")
-    cal.add_argument("--outlier-percent", type=float, default=10.0, help="p_o of SPEC 1.3 (default 10)")
+    cal.add_argument("--outlier-percent", type=float, default=10.0, help="outlier percentage p_o of the percentile estimate of the relaxed sensitivity, Böhler et al. 2017 (default 10)")
     cal.add_argument("--grid", type=int, default=10001, help="candidates per DP quantile (default 10001)")
     cal.add_argument("--dbscan-eps", type=float, default=12.0, help="copied into the profile (default 12)")
     cal.add_argument("--dbscan-min-samples", type=int, default=60, help="copied into the profile (default 60)")
@@ -119,9 +119,9 @@ def parser_query(p: argparse.ArgumentParser) -> None:
     p.epilog = examples(count, subspaces)
     sub = p.add_subparsers(dest="query", metavar="QUERY", required=True)
     for name, text, example in (
-            ("count", "DP count of distance-based outliers, q_count(X, k, r, S) (paper 4, SPEC 4.1-4.6)", count),
+            ("count", "DP count of distance-based outliers, q_count(X, k, r, S) (paper 4: Okada et al. 2015, Theorems 4-6, Algorithms 1-2)", count),
             ("subspaces", "DP top-h outlier subspaces (exponential mechanism), then DP counts "
-                          "(paper 4, SPEC 4.7)", subspaces)):
+                          "(paper 4: Okada et al. 2015, Theorem 7, Algorithm 3)", subspaces)):
         q = sub.add_parser(name, help=text, description=text, epilog=examples(example))
         q.add_argument("--csv", required=True, help="numeric CSV, one record per row (a header row is skipped)")
         q.add_argument("--k", type=int, default=3, help="outliers have fewer than k neighbours (default 3)")
@@ -149,7 +149,7 @@ def parser_query(p: argparse.ArgumentParser) -> None:
 
 def _parser_identify(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     text = ("is this record a (beta, r)-anomaly of the data? DP or sensitively private answer "
-            "(paper 2, SPEC 2.4-2.5); always charged to a data set's budget")
+            "(paper 2: Asif et al. 2019, Theorems 4.4 and 4.6); always charged to a data set's budget")
     q = sub.add_parser("identify", help=text, description=text,
                        epilog=examples("dpsense query identify --csv data.csv --record 3.1,0.2 --beta 5 "
                                        "--r 1.5 --epsilon 0.5 --sp-k 1 --dataset fleet"))

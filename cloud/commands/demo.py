@@ -14,7 +14,7 @@ def parser_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--separation", type=float, default=220.0,
                    help="gap between normal readings and outliers, paper 1 (default 220)")
     p.add_argument("--shape", choices=("scale", "shift"), default="scale",
-                   help="how outliers are pushed out (SPEC 1.7; default scale)")
+                   help="how outliers are pushed out (Böhler et al. 2017, Sect. 7; default scale)")
     p.add_argument("--epsilon", default="0.5", help="epsilon per column, a decimal (default 0.5)")
     p.add_argument("--seed", type=seed, default=None,
                    help="seed the data and the boards' noise: reproducible, not private "
@@ -41,7 +41,7 @@ def parser_perturb(p: argparse.ArgumentParser) -> None:
     p.add_argument("--separation", type=float, default=220.0,
                    help="gap between normal readings and outliers, paper 1 (default 220)")
     p.add_argument("--shape", choices=("scale", "shift"), default="scale",
-                   help="how outliers are pushed out (SPEC 1.7; default scale)")
+                   help="how outliers are pushed out (Böhler et al. 2017, Sect. 7; default scale)")
     p.add_argument("--epsilon", default="0.5", help="epsilon per column, a decimal (default 0.5)")
     p.add_argument("--seed", type=seed, default=None,
                    help="seed the data and the noise: reproducible, not private "

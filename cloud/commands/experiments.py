@@ -11,7 +11,7 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
                         "dpsense experiment paper4 --scenario 1")
     sub = p.add_subparsers(dest="experiment", metavar="NAME", required=True)
     e = sub.add_parser("paper1", help="paper 1, Fig. 3: recall and subset size of each correction mode",
-                       description="Reproduce paper 1, Fig. 3 (SPEC 1.7) over several seeds with the baselines, "
+                       description="Reproduce paper 1, Fig. 3 (Böhler et al. 2017, Sect. 7) over several seeds with the baselines, "
                                    "the 2017 reconstruction and both correction modes; writes results.md, "
                                    "runs.csv and paper1.png.",
                        epilog=examples("dpsense experiment paper1",
@@ -26,7 +26,7 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
     e.add_argument("--runs", type=int, default=1, help="noise runs per seed and setting (default 1)")
     e.add_argument("--n", type=int, default=100_000, help="points per data set (default 100000)")
     e.add_argument("--shape", choices=("scale", "shift"), default="scale",
-                   help="outlier generator, SPEC 1.7 (default scale)")
+                   help="outlier generator, Böhler et al. 2017, Sect. 7 (default scale)")
     e.add_argument("--mode", choices=("paper", "bands"), default="bands",
                    help="the correction mode whose targets are checked (default bands); the tables show both")
     e.add_argument("--alpha", type=float, default=0.005,
@@ -48,13 +48,13 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
     e.add_argument("--kappa-gap", type=float, default=0.0,
                    help="2017 reconstruction, guard: gap above this many median spacings (default 0 = off)")
     e.add_argument("--bound", choices=("R1", "R2", "R3"), default="R1",
-                   help="2017 reconstruction: upper bound of FN_L3, SPEC 1.5 (default R1)")
+                   help="2017 reconstruction: upper bound of FN_L3 (Böhler et al. 2017, Sect. 6; default R1)")
     e.add_argument("--dbscan-eps", type=float, default=12.0, help="DBSCAN eps in data units (default 12)")
     e.add_argument("--dbscan-min-samples", type=int,
                    help="DBSCAN min_samples (default: calibrated per separation on the reference)")
     e.add_argument("--out", default="out/paper1", help="output directory (default out/paper1)")
     e3 = sub.add_parser("paper3", help="paper 3 on Adult: DP-PCA error vs LAP/EXP, DP-LDA accuracy and AUC",
-                        description="Reproduce paper 3 (SPEC 3.7) on UCI Adult; writes results.md, runs.csv and "
+                        description="Reproduce paper 3 (Jiang et al. 2013, experiments) on UCI Adult; writes results.md, runs.csv and "
                                     "paper3.png. The defaults take about a minute; --full uses the paper's sizes.",
                         epilog=examples("dpsense experiment paper3", "dpsense experiment paper3 --full"))
     e3.add_argument("--epsilons", type=parse_floats, default=(0.1, 0.25, 0.5, 1.0, 1.25, 1.5),
@@ -69,7 +69,7 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
     e3.add_argument("--out", default="out/paper3", help="output directory (default out/paper3)")
     e3.add_argument("--seed", type=int, default=1, help="seed of splits and noise (default 1)")
     e4 = sub.add_parser("paper4", help="paper 4, Figs. 3-7: DP outlier counts (1) and top-h subspaces (2)",
-                        description="Reproduce paper 4 (SPEC 4.9): --scenario 1 (noise std-dev of the count, "
+                        description="Reproduce paper 4 (Okada et al. 2015, experiments): --scenario 1 (noise std-dev of the count, "
                                     "smooth vs global) or 2 (precision/recall of the top-h subspaces); writes "
                                     "scenarioN.md and scenarioN.png. Paper-mode columns are labelled NOT DP.",
                         epilog=examples("dpsense experiment paper4 --scenario 1",
@@ -82,12 +82,12 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
     e4.add_argument("--runs", type=int, default=1000, help="scenario 2: selections per cell and draw (default 1000)")
     e4.add_argument("--full", action="store_true", help="paper-size averaging: 20 draws (overrides --draws)")
     e4.add_argument("--adult-positive", choices=(">50K", "<=50K"), default=">50K",
-                    help="Adult label taken as inliers (default >50K, SPEC 4.9)")
+                    help="Adult label taken as inliers (default >50K, Okada et al. 2015, experiments)")
     e4.add_argument("--out", default="out/paper4", help="output directory (default out/paper4)")
     e4.add_argument("--seed", type=int, default=1, help="seed of data and selections (default 1)")
     e2 = sub.add_parser("paper2", help="paper 2: DP vs sensitively private (beta, r)-anomaly identification",
                         description="Accuracy of the DP and (epsilon, k)-SP anomaly identification queries on "
-                                    "anomalies and normal records (SPEC 2.7); writes results.md, rows.csv and "
+                                    "anomalies and normal records (Asif et al. 2019, experiments); writes results.md, rows.csv and "
                                     "paper2.png.",
                         epilog=examples("dpsense experiment paper2",
                                         "dpsense experiment paper2 --datasets synthetic --epsilons 0.5,1"))

@@ -268,7 +268,7 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
                         "retried rather than completed without them (default 600)")
     p.add_argument("--webhook", help="POST each window's new candidates as JSON to this http(s) URL")
     p.add_argument("--correction-mode", choices=("paper", "bands"), default="bands",
-                   help="correction round: paper (SPEC 1.5 messages) or bands (radial index sets; "
+                   help="correction round: paper (Böhler et al. 2017, Sect. 6 messages) or bands (radial index sets; "
                         "default); the correction server must run the same mode")
     p.add_argument("--band-width", type=float,
                    help="mode bands: band width in data units (default: profile.json; until it exists, "
@@ -349,7 +349,7 @@ def parser_correction(p: argparse.ArgumentParser) -> None:
                    help="the one round mode this server answers (default bands); others get an error reply")
     p.add_argument("--split", choices=("noise", "otsu", "trimmed_gap", "gap"), default="noise",
                    help="mode paper: FP/TP split rule; noise (default) is the never-worse rule with the "
-                        "provable FN layers, otsu/trimmed_gap/gap the 2017 reconstruction (SPEC 1.5)")
+                        "provable FN layers, otsu/trimmed_gap/gap the 2017 reconstruction (Böhler et al. 2017, Sect. 6)")
     p.add_argument("--alpha", type=float, default=0.005,
                    help="split noise: bound on P(d_diff > tau) for any row (default 0.005)")
     p.add_argument("--bound", choices=("R1", "R2", "R3"), default="R1", help="FN_L3 upper bound (default R1)")

@@ -1,4 +1,4 @@
-"""Correction protocol of paper 1 (SPEC 1.5): pure rules per party, and a local runner."""
+"""Correction protocol of paper 1 (Böhler et al. 2017, Sect. 6): pure rules per party, and a local runner."""
 from dpsense.cloud.correction.bands import (
     Bands,
     BandsResult,

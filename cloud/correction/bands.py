@@ -8,7 +8,7 @@
 The analyst A measures ``dist[i] = |x'_i - c|`` from the provisioned centre c and cuts
 [0, inf) into bands ``[e_k, e_k + w)`` of one width w. It sends the lower edge of every
 non-empty band and the positions of its rows: index sets like the paper's I_L2 and I_L3
-(SPEC 1.5 line 4), only more of them. For a row in the band with lower edge e the
+(Böhler et al. 2017, Sect. 6, line 4), only more of them. For a row in the band with lower edge e the
 correction server CS knows ``e <= |x' - c| < e + w`` and, because ``d_diff`` is the
 difference of two distances each rounded to a quantum, ``|d_diff - (|x' - c| - |x - c|)| <= 1``:
 

@@ -6,7 +6,7 @@ retry is a new round); it names no window, device group or device. The first ste
 mode of the round (``MODES``); a correction server answers only the mode it runs and replies
 ``error`` to any other.
 
-Mode ``paper`` (SPEC 1.5):
+Mode ``paper`` (Böhler et al. 2017, Sect. 6):
 
     A -> CS  presumed   tokens of the window (order = row positions), O' as positions
     CS -> A  split      d_TP and w_O                         (line 3)

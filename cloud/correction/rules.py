@@ -1,4 +1,4 @@
-"""The correction protocol of Böhler et al. 2017 (SPEC 1.5) as pure functions, one per party.
+"""The correction protocol of Böhler et al. 2017 (Sect. 6) as pure functions, one per party.
 
     split = split_presumed(d_diff, presumed, params)                     # line 3, CS
     rows = reduce_rows(dist_perturbed, presumed, split.d_tp, params.w_o)  # line 4, A
@@ -67,12 +67,12 @@ _EMPTY = np.empty(0, dtype=np.intp)
 
 @dataclass(frozen=True)
 class CorrectionParams:
-    """Configuration of the correction server (SPEC 1.5, 1.6.2).
+    """Configuration of the correction server (Böhler et al. 2017, Sect. 6 and w_O).
 
     Parameters
     ----------
     w_o : float
-        Width of the outlier layer, from historical data (SPEC 1.6.2), ``>= 0``.
+        Width of the outlier layer, from historical data (Böhler et al. 2017), ``>= 0``.
     split : {"otsu", "trimmed_gap", "gap", "noise"}
         Line 3 threshold rule. ``"gap"`` is the paper's largest gap between sorted
         distance differences; ``"trimmed_gap"`` searches only the central ``central``
@@ -367,7 +367,7 @@ def _choose_cut(v: np.ndarray, params: CorrectionParams) -> int:
 
 
 def _bimodal(v: np.ndarray, cut: int, params: CorrectionParams) -> bool:
-    """The guard of SPEC 1.5: is the split at ``cut`` clearly between two modes?"""
+    """The guard on the 2017 reconstruction's largest-gap split: is the split at ``cut`` clearly between two modes?"""
     m = v.size
     low, high = v[:cut + 1], v[cut + 1:]
     if min(low.size, high.size) < params.min_class * m:
@@ -488,7 +488,7 @@ def run_protocol(d_diff: object, dist_perturbed: object, presumed: object,
     References
     ----------
     .. [1] D. Böhler, D. Bernau, F. Kerschbaum, "Privacy-preserving outlier detection for
-       data streams", DBSec 2017, Sect. 6 (Fig. 2 as reconstructed in SPEC 1.5).
+       data streams", DBSec 2017, Sect. 6 (its Fig. 2 is missing from the public text; the rules follow the prose of Sects. 6.1-6.2).
     """
     d, p = check_window(d_diff, presumed)
     dist, _ = check_window(dist_perturbed, _EMPTY, "dist_perturbed")

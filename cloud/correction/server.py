@@ -1,4 +1,4 @@
-"""The correction server's side of a round: lines 3 and 5 of SPEC 1.5, or mode bands, over MQTT.
+"""The correction server's side of a round: lines 3 and 5 of the correction protocol (Böhler et al. 2017, Sect. 6), or mode bands, over MQTT.
 
 It holds (token, d_diff) pairs in its own store and answers the analyst's round
 messages in the one mode it runs (``paper`` or ``bands``). A window row whose

@@ -1,4 +1,4 @@
-"""The correction protocol of SPEC 1.5 on toy windows whose answers can be read off by hand."""
+"""The correction protocol of Böhler et al. 2017, Sect. 6 on toy windows whose answers can be read off by hand."""
 import math
 
 import numpy as np
@@ -130,7 +130,7 @@ def test_l1_and_l3_may_share_rows_and_r_counts_them_once():
 
 
 def test_the_paper_literal_gap_isolates_an_extreme_row():
-    # SPEC 1.5 pitfall: on a continuous sample the largest spacing lies in the tail.
+    # Pitfall of the largest-gap split (2017 reconstruction): on a continuous sample the largest spacing lies in the tail.
     rng = np.random.default_rng(7)
     d = rng.exponential(10.0, size=5000)
     presumed = np.arange(5000)
