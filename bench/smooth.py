@@ -3,7 +3,7 @@
     python bench/smooth.py                  # a few minutes (the paper's search is capped at 60 s per N)
     python bench/smooth.py --limit 20       # quicker
 
-Data: "Synthetic 1" of paper 4 (SPEC 4.9: 90 % inliers N(0, I_2), 10 % outliers
+Data: "Synthetic 1" of paper 4 (Okada et al. 2015, experiments: 90 % inliers N(0, I_2), 10 % outliers
 N((20, 20), diag(100, 100))), scaled by sqrt(N/50) so that every N has the density,
 and hence the degree distribution, of the paper's N = 50 set; k = 3, r = 1.1 and
 beta = the NRS beta at epsilon = 1, delta = 0.01 (epsilon/25.19).
@@ -16,7 +16,7 @@ Rows:
   baseline): one ``query_ball_point`` per candidate ball, its Python lists flattened, and
   the (candidate, level) pairs sorted. Both must give the same ``U_0 .. U_N``;
 * the paper's route: Algorithm 2 (early stopping, Proposition 1) calling Algorithm 1
-  (the ``2**|P|`` subset search pruned by the smallest enclosing ball, SPEC 4.5) for
+  (the ``2**|P|`` subset search pruned by the smallest enclosing ball, Okada et al. 2015, Algorithm 1) for
   every t it needs, implemented here as a reference. Each N runs in a subprocess
   killed after ``--limit`` seconds; the table stops at the first N that does not
   finish. Where both finish, the values must agree (they compute the same maximum).
@@ -99,7 +99,7 @@ def seb(points: list[np.ndarray]) -> float:
 
 
 def algorithm1(pts: list[np.ndarray], radius: float) -> int:
-    """E(r, P, {}, 1) of SPEC 4.5: the largest subset of ``pts`` with seb <= radius."""
+    """E(r, P, {}, 1) of Okada et al. 2015, Algorithm 1: the largest subset of ``pts`` with seb <= radius."""
     limit = radius * (1 + _TOL)
     sys.setrecursionlimit(max(1000, 4 * len(pts) + 100))
 

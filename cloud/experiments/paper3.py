@@ -1,4 +1,4 @@
-"""Paper 3 (Jiang et al. 2013) on UCI Adult: DP-PCA error vs LAP/EXP, DP-LDA accuracy and AUC (SPEC 3.7).
+"""Paper 3 (Jiang et al. 2013) on UCI Adult: DP-PCA error vs LAP/EXP, DP-LDA accuracy and AUC (the paper's experiments).
 
     cfg = Paper3Config(trials=1, epsilons=(0.5, 1.5), ks=(1, 5))
     pca_rows, lda_rows, info = run_paper3(cfg)
@@ -246,7 +246,7 @@ def markdown(cfg: Paper3Config, pca_rows: Sequence[PCARow], lda_rows: Sequence[L
              info: AdultInfo, elapsed_s: float | None = None) -> str:
     ps = pca_summary(pca_rows)
     ls = lda_summary(lda_rows)
-    out = ["# Paper 3 on UCI Adult: DP-PCA and DP-LDA (SPEC 3.7)", "",
+    out = ["# Paper 3 on UCI Adult: DP-PCA and DP-LDA (Jiang et al. 2013)", "",
            "n = %s rows, p = %s encoded columns for DP-PCA (%s for DP-LDA, income is the label); "
            "%d trial(s); noise from numpy generators (experiment mode)."
            % (info["n"], info["p"], info["p_lda"], cfg.trials), ""]

@@ -1,4 +1,4 @@
-"""Paper 4 (Okada et al. 2015) experiments, SPEC 4.9: Scenario 1 (noise of the DP outlier count)
+"""Paper 4 (Okada et al. 2015) experiments: Scenario 1 (noise of the DP outlier count)
 and Scenario 2 (precision/recall of the DP top-h subspaces).
 
     python -m dpsense.cloud.cli experiment paper4 --scenario 1 --out out/paper4
@@ -12,7 +12,7 @@ the noise of each count mechanism, averaged over ``draws`` data draws:
 * ``global_ub``: the same with Theorem 4's upper bound ``min(N, k K_d + 1)``: DP.
 * ``smooth``: ``S(X)/alpha`` with the NRS constants: DP (our default).
 * ``smooth_paper``: beta = epsilon and ``S sqrt(2 ln(2/delta))/epsilon``: the paper's
-  calibration, **NOT differentially private** (SPEC 4.8).
+  calibration, **NOT differentially private** (beta = epsilon is not a valid smooth-sensitivity calibration; docs/paper4.md).
 
 The smooth noise scale is data-dependent; it is reported here as an analysis of the
 mechanism, never released by the query.
@@ -24,7 +24,7 @@ paper's form (``exp(eps u / h)``, 2 epsilon-DP, labelled). The selection law is 
 with the Gumbel-top-h trick (identical to h sequential draws without replacement);
 the exact sampler of the query is not needed for a simulation. A subspace is "true"
 when it contains outliers: dims 1 and 2 for Synthetic 2; for the real data, when at
-least one labelled outlier is an outlier in it (SPEC 4.9 [RECON]).
+least one labelled outlier is an outlier in it (our reading; Okada et al. 2015 do not say).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ from dpsense.cloud.privacy.mechanisms import PaperModeWarning, SmoothSensitivity
 from dpsense.cloud.privacy.outlier_count import global_sensitivity, smooth_bound, subspace_degrees
 from dpsense.cloud.privacy.subspaces import coefficient, utilities
 
-#: Adult columns (SPEC 4.9 ambiguity: the paper's 7 are unknown). Default: the 5 continuous
+#: Adult columns (Okada et al. 2015 use 7 columns but do not name them). Default: the 5 continuous
 #: attributes without fnlwgt, plus sex == Male and race == White (a guess, configurable).
 ADULT_COLUMNS = ("age", "education-num", "capital-gain", "capital-loss", "hours-per-week", "sex", "race")
 
@@ -274,7 +274,7 @@ class S2Row:
 
 
 def true_subspaces(name: str, x: np.ndarray, is_out: np.ndarray, k: int, r: float) -> np.ndarray:
-    """Boolean per one-column subspace: does it contain outliers (SPEC 4.9)?"""
+    """Boolean per one-column subspace: does it contain outliers (Okada et al. 2015, experiments)?"""
     d = x.shape[1]
     if name == "synthetic2":
         t = np.zeros(d, bool)
@@ -347,10 +347,10 @@ def summarise2(rows: Sequence[S2Row]) -> dict[tuple[str, int, float, str], tuple
 
 def markdown1(cfg: Paper4Config, rows: Sequence[S1Row], elapsed_s: float | None = None) -> str:
     s = summarise1(rows)
-    lines = ["# Paper 4, Scenario 1: noise of the DP outlier count (SPEC 4.9, Figs. 3-4)", "",
+    lines = ["# Paper 4, Scenario 1: noise of the DP outlier count (Okada et al. 2015, Figs. 3-4)", "",
              "delta = %g, %d data draw(s), seed %d. Standard deviation of the Gaussian noise, mean over draws."
              % (cfg.delta, cfg.draws, cfg.seed),
-             "**`smooth_paper` is NOT differentially private** (paper calibration, beta = epsilon, SPEC 4.8); "
+             "**`smooth_paper` is NOT differentially private** (paper calibration, beta = epsilon; docs/paper4.md); "
              "`global_lb` is the paper's baseline and a DP guarantee only for d = 1.", ""]
     for name in cfg.datasets:
         if name in cfg.skipped:
@@ -380,11 +380,11 @@ def markdown1(cfg: Paper4Config, rows: Sequence[S1Row], elapsed_s: float | None 
 def markdown2(cfg: Paper4Config, rows: Sequence[S2Row], info: dict[str, list[tuple[np.ndarray, np.ndarray]]],
               elapsed_s: float | None = None) -> str:
     s = summarise2(rows)
-    lines = ["# Paper 4, Scenario 2: DP top-h subspaces (SPEC 4.9, Figs. 5-7)", "",
+    lines = ["# Paper 4, Scenario 2: DP top-h subspaces (Okada et al. 2015, Figs. 5-7)", "",
              "One-column candidate subspaces; %d data draw(s) x %d selections per cell, seed %d. "
              "Cells are precision / recall." % (cfg.draws, cfg.runs, cfg.seed),
              "`DP`: exp(ε u / 2h) per round, **ε-DP overall**. `paper`: exp(ε u / h) as printed, "
-             "**2ε-DP, NOT ε-DP** (SPEC 4.7).", ""]
+             "**2ε-DP, NOT ε-DP** (Okada et al. 2015, Theorem 7 and Algorithm 3).", ""]
     for name in cfg.datasets:
         if name in cfg.skipped:
             lines += ["## %s: skipped (%s)" % (name, cfg.skipped[name]), ""]

@@ -10,9 +10,9 @@ analyst runs DBSCAN on the perturbed data (O'), and the correction protocol retu
 the candidate set R.
 
 Step 2 (paper 2): the curator, who holds the raw window, answers the (beta, r)-AIQ
-for every candidate in R with the ``(epsilon, k)``-SP mechanism (SPEC 2.5) and keeps
+for every candidate in R with the ``(epsilon, k)``-SP mechanism (Asif et al. 2019, Theorem 4.6) and keeps
 the candidates answered 1. For contrast the same is done with the ``epsilon``-DP
-mechanism (SPEC 2.4).
+mechanism (Asif et al. 2019, Theorem 4.4).
 
 Matching DBSCAN: DBSCAN noise points are the points that are neither core (at least
 ``min_samples`` points within ``eps``, itself included) nor within ``eps`` of a core
@@ -22,7 +22,7 @@ points). That is the closest (beta, r) notion; the run reports how many border p
 separate the two.
 
 Budget: each answer costs ``epsilon`` of ``(epsilon, k)``-SP for the record it is
-about. For the whole candidate set SPEC 2.2 Claim 5 gives ``m * epsilon``, ``m`` the
+about. For the whole candidate set Asif et al. 2019, Claim 5 gives ``m * epsilon``, ``m`` the
 largest number of candidates in any ball of radius r (bounded by the largest number
 within 2r of a candidate); plain sequential composition would give ``|R| * epsilon``.
 These SP costs are on top of, and not comparable with, the local DP of the readings.
@@ -105,7 +105,7 @@ class Line:
     eps_per_record: float
     eps_claim5: float
     eps_sequential: float
-    loss_median: float = math.nan   # effective loss of the kept candidates' own presence (SPEC 2.5)
+    loss_median: float = math.nan   # effective loss of the kept candidates' own presence (Asif et al. 2019, Figs. 2-3)
     loss_max: float = math.nan
 
 
@@ -236,7 +236,7 @@ def markdown(cfg: VerifyConfig, res: VerifyResult) -> str:
     lines += ["", "The DP-AIQ costs ε of ε-DP per record; SP-AIQ costs ε of (ε, k)-SP. 'shrink' = share of "
               "R removed. Recall is against all of O (or all constructed outliers), so it cannot exceed R's. "
               "Own-presence loss: max over outputs of |ln P(M(x)=o) - ln P(M(x - e_i)=o)| for each candidate i "
-              "(SPEC 2.5); it exceeds ε for candidates that are not k-sensitive: that is what SP gives up.", ""]
+              "(Asif et al. 2019, Figs. 2-3); it exceeds ε for candidates that are not k-sensitive: that is what SP gives up.", ""]
     return "\n".join(lines)
 
 

@@ -30,7 +30,7 @@ class DBSCANOutliers:
     *border* point and belongs to a cluster. Every other point is *noise*, and noise points
     are the outliers. This is exactly the set labelled -1 by
     :class:`sklearn.cluster.DBSCAN` with the same ``eps`` and ``min_samples`` and the
-    Euclidean metric, and the set labelled 0 by R's ``fpc::dbscan`` (SPEC 1.6.3).
+    Euclidean metric, and the set labelled 0 by R's ``fpc::dbscan`` (Böhler et al. 2017, who used R's fpc::dbscan).
 
     Parameters
     ----------

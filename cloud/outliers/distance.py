@@ -20,7 +20,7 @@ def ball_counts(x: np.ndarray, r: float, metric: str = "euclidean",
                 subspace: Sequence[int] | None = None) -> np.ndarray:
     """Points within distance ``<= r`` of each row of ``x``, the row itself included.
 
-    ``subspace`` selects columns (all when None). ``metric="normalised"`` is SPEC 4.1's
+    ``subspace`` selects columns (all when None). ``metric="normalised"`` is Okada et al. 2015's normalised subspace distance
     ``dist_S(x, y) = sqrt(sum_{i in S} (x_i - y_i)^2 / |S|)``; it is evaluated as a
     Euclidean ball of radius ``r * sqrt(|S|)``.
     """
@@ -73,7 +73,7 @@ class DistanceOutliers:
     Notes
     -----
     The point is excluded by index, not by value: duplicates of a point count as its
-    neighbours (SPEC 4.1; the sensitivity proofs rely on it). A (k, r) outlier is a
+    neighbours (Okada et al. 2015, definitions; the sensitivity proofs rely on it). A (k, r) outlier is a
     (beta = k, r)-anomaly of :class:`BetaRAnomalies` with the same metric. One counting
     KD-tree query per point: O(n log n) typical time, O(n) memory.
 
@@ -134,7 +134,7 @@ class BetaRAnomalies:
 
     Notes
     -----
-    Every row of ``X`` is a present record (``x_i > 0`` in the histogram view of SPEC 2.1),
+    Every row of ``X`` is a present record (``x_i > 0`` in the histogram view of Asif et al. 2019, data model),
     so the presence condition always holds. The ball count includes the point itself, so
     ``BetaRAnomalies(beta=k, r)`` flags exactly the ``DistanceOutliers(k, r)`` outliers.
     O(n log n) typical time, O(n) memory.

@@ -30,7 +30,7 @@ def test_sp_beats_dp_on_anomalies_and_ties_on_normals(paper2_rows):
             continue
         dp = paper2_rows[(name, eps, "DP")]
         assert r.acc_anomalies > dp.acc_anomalies + 0.02, (name, eps, mech)
-        # Normal records have the same mdd under both mechanisms (SPEC 2.5 table).
+        # Normal records have the same mdd under both mechanisms (Delta_H = Delta_G = b - beta for a present normal record).
         assert r.acc_normals == pytest.approx(dp.acc_normals, abs=1e-12)
 
 

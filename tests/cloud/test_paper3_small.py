@@ -1,4 +1,4 @@
-"""Paper-3 experiment on the full Adult data with a small grid: the directions of SPEC 3.7.
+"""Paper-3 experiment on the full Adult data with a small grid: the directions of Jiang et al. 2013, experiments.
 
 One trial, epsilon in {0.1, 1.5}, k in {1, 2, 3}, 2,000 synthetic records per DP-LDA run.
 Everything is seeded, so the outcome is fixed; the comments give the chance that a check
@@ -42,7 +42,7 @@ def test_dp_pca_error_falls_with_epsilon_and_beats_lap(result):
     for k in (1, 2, 3):
         assert s[("dp-pca", 1.5, k)][0] + 0.5 < s[("dp-pca", 0.1, k)][0]
         for e in (0.1, 1.5):
-            assert s[("dp-pca", e, k)][0] < s[("lap", e, k)][0]          # SPEC 3.2: eps^2 + k^2 < p^2
+            assert s[("dp-pca", e, k)][0] < s[("lap", e, k)][0]          # Jiang et al. 2013, DP-PCA: eps^2 + k^2 < p^2
     assert s[("dp-pca", 1.5, 1)][0] + 1.0 < s[("exp", 1.5, 1)][0]
     assert s[("lap", 1.5, 1)][0] < s[("lap", 0.1, 1)][0]
 

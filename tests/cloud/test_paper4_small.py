@@ -1,4 +1,4 @@
-"""Paper-4 experiments at small size: the directions of Figs. 3-7 and SPEC 4.8, and the outputs."""
+"""Paper-4 experiments at small size: the directions of Figs. 3-7 and of the calibration pitfall in docs/paper4.md, and the outputs."""
 import numpy as np
 import pytest
 
@@ -24,7 +24,7 @@ def s2():
 
 def test_global_sigma_matches_spec_table(s1):
     _, _, s = s1
-    # SPEC 4.9: sigma_global (GS lower bound 13) = 423.2 at eps 0.1, 47.0 at eps 0.9
+    # Okada et al. 2015, experiments (Synthetic 1 baseline): sigma_global (GS lower bound 13) = 423.2 at eps 0.1, 47.0 at eps 0.9
     assert s[("synthetic1", 0.1)]["global_lb"] == pytest.approx(423.2, abs=0.05)
     assert s[("synthetic1", 0.9)]["global_lb"] == pytest.approx(47.0, abs=0.05)
     assert s[("synthetic1", 0.1)]["global_ub"] == pytest.approx(423.2 * 19 / 13, abs=0.1)
@@ -38,13 +38,13 @@ def test_noise_falls_with_epsilon(s1):
 
 
 def test_direction_of_the_calibration_pitfall(s1):
-    """SPEC 4.8: correct (NRS) smooth noise is LARGER than global; only the paper's calibration is smaller."""
+    """docs/paper4.md, "Where we differ": correct (NRS) smooth noise is LARGER than global; only the paper's calibration is smaller."""
     cfg, _, s = s1
     for e in cfg.epsilons:
         v = s[("synthetic1", e)]
         assert v["smooth"] > 3 * v["global_ub"] > 3 * v["global_lb"]
         assert v["smooth_paper"] < v["global_lb"]
-        assert 15 < v["s_nrs"] < 50 and v["s_paper"] < 8      # SPEC 4.8 magnitudes at N = 50
+        assert 15 < v["s_nrs"] < 50 and v["s_paper"] < 8      # magnitudes of docs/paper4.md's S at N = 50
     assert s[("synthetic1", 0.9)]["smooth_paper"] < 10
 
 

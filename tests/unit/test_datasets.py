@@ -1,4 +1,4 @@
-"""The offline UCI copies load with the row counts SPEC 5 states."""
+"""The offline UCI copies load with the row counts of the UCI data sets."""
 import pytest
 
 from dpsense.cloud.datasets import DataNotInstalled, load_adult, load_ionosphere
