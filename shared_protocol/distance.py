@@ -1,4 +1,4 @@
-"""Distance difference d_diff (SPEC 1.4) in integer quanta.
+"""Distance difference d_diff (Böhler et al. 2017, Definition 4) in integer quanta.
 
     d = distance_difference([10, 0], [13, 4], [0, 0])   # |(13,4)| - |(10,0)| = 14 - 10
 
@@ -10,7 +10,7 @@ norms use the same provisioned centre (the paper's c and c' coincide in expectat
 because the noise has mean zero).
 
 This value depends on the noise: it goes only to the correction server, never to
-the analyst (ARCHITECTURE.md, trust zones).
+the analyst (the analyst must not learn how much noise a reading carries).
 """
 
 try:

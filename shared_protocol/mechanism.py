@@ -4,7 +4,7 @@
     m = RecordMechanism(cols, centre_q=[0], rng=XorShift32(1))
     q, noisy, d_diff = m.perturb([42])
 
-Guarantee (SPEC 1.2-1.3, relaxed sensitivity)
+Guarantee (Böhler et al. 2017, relaxed sensitivity)
 ---------------------------------------------
 Column j is released as ``q_j + DiscreteLaplace(delta_q_j / eps_j)`` where ``q_j`` is
 the scaled reading in quanta and ``delta_q_j`` the relaxed sensitivity: the width of
