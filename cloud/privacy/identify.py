@@ -14,7 +14,7 @@ The anomaly identification query (AIQ) for a fixed record ``i`` answers
 ``g(i, x) in {0, 1}``; absent records get 0.
 
 Both mechanisms are randomised response with an mdd-dependent flip probability
-(Asif et al. 2019, minimum discrepant distance): output ``g(i, x)`` with probability ``1 - e(Delta)`` and the other bit
+(Asif et al. 2019, Eq. 1, the minimum discrepant distance): output ``g(i, x)`` with probability ``1 - e(Delta)`` and the other bit
 with probability::
 
     e(Delta) = exp(-epsilon * Delta) / (1 + exp(-epsilon))  =  exp(-epsilon (Delta - 1)) / (1 + exp(epsilon))
