@@ -223,6 +223,10 @@ def do_status(args: argparse.Namespace) -> int:
             print("windows     %d done, %d closed and awaiting their correction round, %d held after a "
                   "failed round, %d carried (no inlier)" % (counts["done"], counts["closed"], counts["held"],
                                                            counts["carried"]))
+        apart = a.set_apart_by_device()
+        if apart:
+            print("set apart   %d readings not scored (another column count or config_id than their window): %s"
+                  % (sum(apart.values()), ", ".join("device %d: %d" % kv for kv in sorted(apart.items()))))
         for w in a.windows(states=("held",), limit=3):
             print("  held: window %d (group %s, %d readings, %d attempts): %s"
                   % (w.id, w.group, w.n, w.attempts, w.last_error))
