@@ -198,7 +198,7 @@ def metrics(store: AnalystStore) -> Metrics:
     counts = store.window_counts()
     return Metrics(
         ingested=int(c["ingest_received"]), stored=store.count(), duplicates=int(c["ingest_duplicates"]),
-        dead_letters=store.dead_letter_count(), gaps=sum(g.missing for g in store.gaps()),
+        dead_letters=store.dead_letter_messages(), gaps=sum(g.missing for g in store.gaps()),
         windows_closed=int(c["windows_closed"]), windows_held=counts["closed"] + counts["held"],
         rounds_completed=int(c["rounds_completed"]),
         rounds_failed=int(c["rounds_failed"]), round_seconds_total=c["round_seconds_total"],

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 DEFAULT_GROUP = "default"
 WINDOW_STATES = ("closed", "held", "done", "carried")
-COUNTERS = ("ingest_received", "ingest_stored", "ingest_duplicates", "windows_closed", "rounds_completed",
+COUNTERS = ("ingest_received", "ingest_stored", "ingest_duplicates", "ingest_dead_letters", "windows_closed", "rounds_completed",
             "rounds_failed", "round_seconds_total", "readings_carried", "readings_set_apart")
 # Per-device counts of readings set apart are counters named SET_APART_PREFIX + device id.
 SET_APART_PREFIX = "set_apart.d"
@@ -320,9 +320,12 @@ class StreamTables(TokenListing):
             cur.executemany(self._q("INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name)"
                                     " DO UPDATE SET value = counters.value + excluded.value"), rows)
 
-    def _count_batch(self, cur: Any, messages: int, new: int, records: int) -> None:
-        """Ingest counters, in the transaction of the batch they count."""
-        self._bump(cur, {"ingest_received": messages, "ingest_stored": new, "ingest_duplicates": records - new})
+    def _count_batch(self, cur: Any, messages: int, new: int, records: int, dead: int) -> None:
+        """Ingest counters, in the transaction of the batch they count. ``dead`` counts the
+        batch's dead letters, conflicting duplicates included; they are not duplicates."""
+        conflicts = dead - (messages - records)
+        self._bump(cur, {"ingest_received": messages, "ingest_stored": new,
+                         "ingest_duplicates": records - new - conflicts, "ingest_dead_letters": dead})
 
     def counters(self) -> dict[str, float]:
         """Running totals (``COUNTERS``) since the store was made; absent ones are 0."""
