@@ -137,8 +137,15 @@ def events(store: AnalystStore, limit: int = 20) -> list[Event]:
     return store.events(limit)
 
 
+# What a board writes for an epsilon ("3", "1/20", "0.05"); anything else is not a figure.
+# Bounded: Fraction("1e999999999") would build a 415 MB integer for one status message.
+_FRACTION_TEXT = re.compile(r"[0-9]{1,40}(?:/[0-9]{1,40}|\.[0-9]{1,40})?")
+
+
 def _fraction(value: object) -> Fraction | None:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    if isinstance(value, str) and _FRACTION_TEXT.fullmatch(value) is None:
         return None
     try:
         f = Fraction(value)

@@ -210,3 +210,14 @@ def test_status_and_devices_count_readings_set_apart_per_device(tmp_path: Path,
     assert code == 0 and "set apart   1 readings not scored" in out and "device 9: 1" in out
     code, out, _ = _run(capsys, "results", "devices", "--format", "json", *common)
     assert {d["device"]: d["set_apart"] for d in json.loads(out)} == {1: 0, 9: 1}
+
+
+def test_a_status_message_s_figures_are_read_only_as_plain_fractions() -> None:
+    """A device writes its status message: an exponent would make Fraction build a huge integer
+    (seconds of CPU and hundreds of MB for "1e999999999") in `results devices` and the dashboard."""
+    with open_analyst_store("sqlite://") as store:
+        store.add_statuses([DeviceStatus(3, 1, 1.0, {"event": "boot", "eps_record": "1e999999999",
+                                                      "eps_record_worst": "0.25", "cap": "1/20",
+                                                      "spent": "-1", "entropy": "os.urandom"})], [])
+        (d,) = results.devices(store)
+    assert (d.eps_record, d.eps_record_worst, d.cap, d.eps_window) == (None, Fraction(1, 4), Fraction(1, 20), None)
