@@ -49,7 +49,7 @@ from dpsense.cloud.profile import DeviceProfile
 from dpsense.cloud.session import Session
 from dpsense.cloud.results import iso_time
 from dpsense.cloud.storage import AnalystStore, Verdict, WindowRecord
-from dpsense.cloud.storage.stream import WindowOutcome
+from dpsense.cloud.storage.stream import Members, WindowOutcome
 from dpsense.cloud.windows import WindowSpec, min_window_size, support
 
 DETECTORS = ("dbscan", "kr", "beta_r")
@@ -282,6 +282,27 @@ class Analyst:
         r = np.union1d(cand, np.intersect1d(presumed, msg.positions(res, "unknown", n)))
         return r, np.setdiff1d(presumed, r), np.setdiff1d(r, presumed), res
 
+    def _fits(self) -> tuple[int | None, int | None]:
+        """The column count and configuration a scored reading must have: the profile's when
+        known (its centre has one value per column), else None (the window's majority, any)."""
+        prof = self._profile() if self._profile is not None else None
+        centre = self.params.centre_q
+        columns = len(centre) if centre is not None else (len(prof.centre_q) if prof is not None else None)
+        return columns, (prof.config_id if prof is not None else None)
+
+    def _nothing_to_score(self, store: AnalystStore, w: WindowRecord, m: Members) -> dict[str, Any]:
+        """Complete a window whose readings were all set apart: no detection, no round."""
+        now = self.clock()
+        result: dict[str, Any] = {
+            "window": w.id, "group": w.group, "group_window": w.seq, "kind": w.kind, "start": w.start,
+            "end": w.end, "round": None, "attempts": w.attempts, "n": 0, "presumed": 0, "fp": 0, "fn": 0,
+            "missing_corrections": 0, "mode": self.params.mode, "skipped": True, "candidates": 0,
+            "presumed_rows": [], "candidate_rows": [], "detect_s": 0.0, "round_s": 0.0,
+            "set_apart": len(m.odd),
+        }
+        store.complete_window(w.id, WindowOutcome(0, 0, 0, 0, 0, 0.0, 0.0, now), [], result, None, m.odd)
+        return result
+
     # -- one window ---------------------------------------------------------------------------------
     def process_window(self, store: AnalystStore, w: WindowRecord) -> dict[str, Any]:
         """Detect on a closed window and run its correction round; store and return the result.
@@ -291,9 +312,17 @@ class Analyst:
         window's outcome is stored then.
         """
         t0 = time.perf_counter()
-        m = store.window_members(w.id)
+        self._provisioned()
+        columns, config_id = self._fits()
+        m = store.window_members(w.id, columns, config_id)
         values = np.asarray(m.values, dtype=float)
         n = len(m.row_ids)
+        if m.odd:
+            self.log("analyst: window %d (group %s): %d of %d readings set apart, not scored (%s)"
+                     % (w.id, w.group, len(m.odd), w.n, "; ".join(sorted({
+                         "device %d: %s" % (o.device_id, o.reason) for o in m.odd}))))
+        if n == 0:
+            return self._nothing_to_score(store, w, m)
         presumed = np.flatnonzero(self.detector().fit_predict(values) == -1)
         if presumed.size == n:
             p = self.params
@@ -356,7 +385,8 @@ class Analyst:
         }
         outcome = WindowOutcome(int(presumed.size), int(fp.size), int(np.setdiff1d(fn, presumed).size), int(r.size),
                                 missing, detect_s, round_s, now)
-        store.complete_window(w.id, outcome, verdicts, result, note)
+        result["set_apart"] = len(m.odd)
+        store.complete_window(w.id, outcome, verdicts, result, note, m.odd)
         if note is not None:
             self.log("analyst: " + note)
         self.alerts.window_done(w, [v for v in verdicts if v.candidate])

@@ -67,6 +67,9 @@ def classify_status(topic: str, payload: bytes, received_at: float) -> DeviceSta
 class StatusSink:
     """Lets ``IngestService`` commit status messages: its ``add_batch`` is the store's ``add_statuses``."""
 
+    # A status message that differs from a stored one is another message, never a conflict.
+    last_conflicts = 0
+
     def __init__(self, store: AnalystStore) -> None:
         self.store = store
 

@@ -60,6 +60,7 @@ class DeviceRow:
     eps_total: Fraction | None
     status_event: str | None
     status_at: float | None
+    set_apart: int = 0            # readings set apart from their windows (another column count or config_id)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class Metrics:
     last_round_seconds: float | None
     readings_carried: int         # readings of windows below the minimum, each time they were carried
     candidates: int
+    readings_set_apart: int = 0   # readings not scored: another column count or config_id than their window
 
 
 def iso_time(t: float | None) -> str:
@@ -135,8 +137,15 @@ def events(store: AnalystStore, limit: int = 20) -> list[Event]:
     return store.events(limit)
 
 
+# What a board writes for an epsilon ("3", "1/20", "0.05"); anything else is not a figure.
+# Bounded: Fraction("1e999999999") would build a 415 MB integer for one status message.
+_FRACTION_TEXT = re.compile(r"[0-9]{1,40}(?:/[0-9]{1,40}|\.[0-9]{1,40})?")
+
+
 def _fraction(value: object) -> Fraction | None:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    if isinstance(value, str) and _FRACTION_TEXT.fullmatch(value) is None:
         return None
     try:
         f = Fraction(value)
@@ -157,6 +166,7 @@ def devices(store: AnalystStore) -> list[DeviceRow]:
     """Every device that has a group, a reading or a status message, by device id."""
     groups = store.device_groups()
     cands = store.candidate_counts()
+    apart = store.set_apart_by_device()
     boots: dict[int, dict[int, tuple[int, float]]] = {}
     for b in store.boot_activity():
         boots.setdefault(b.device_id, {})[b.boot_id] = (b.readings, b.last_seen)
@@ -169,7 +179,7 @@ def devices(store: AnalystStore) -> list[DeviceRow]:
         if s.boot_id is not None and er is not None:
             boot_eps[(s.device_id, s.boot_id)] = er
     rows = []
-    for d in sorted(set(groups) | set(boots) | set(latest)):
+    for d in sorted(set(groups) | set(boots) | set(latest) | set(apart)):
         at, fields = latest.get(d, (None, {}))
         er = _fraction(fields.get("eps_record"))
         total: Fraction | None = Fraction(0) if d in boots else None
@@ -184,7 +194,7 @@ def devices(store: AnalystStore) -> list[DeviceRow]:
             eps_record=er, eps_record_worst=_fraction(fields.get("eps_record_worst")),
             ledger_window=_int(fields.get("window")), eps_window=_fraction(fields.get("spent")),
             cap=_fraction(fields.get("cap")), eps_total=total, status_event=_str(fields.get("event")),
-            status_at=at))
+            status_at=at, set_apart=apart.get(d, 0)))
     return rows
 
 
@@ -195,9 +205,10 @@ def metrics(store: AnalystStore) -> Metrics:
     counts = store.window_counts()
     return Metrics(
         ingested=int(c["ingest_received"]), stored=store.count(), duplicates=int(c["ingest_duplicates"]),
-        dead_letters=store.dead_letter_count(), gaps=sum(g.missing for g in store.gaps()),
+        dead_letters=store.dead_letter_messages(), gaps=sum(g.missing for g in store.gaps()),
         windows_closed=int(c["windows_closed"]), windows_held=counts["closed"] + counts["held"],
         rounds_completed=int(c["rounds_completed"]),
         rounds_failed=int(c["rounds_failed"]), round_seconds_total=c["round_seconds_total"],
         last_round_seconds=done[0].round_s if done else None, readings_carried=int(c["readings_carried"]),
-        candidates=sum(store.candidate_counts().values()))
+        candidates=sum(store.candidate_counts().values()),
+        readings_set_apart=int(c.get("readings_set_apart", 0)))

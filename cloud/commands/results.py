@@ -85,7 +85,7 @@ DEVICE_COLUMNS: list[Column] = [
     ("eps_total", lambda d: _eps(d.eps_total)), ("cap", lambda d: _eps(d.cap)),
     ("eps_record", lambda d: _eps(d.eps_record)), ("eps_record_worst", lambda d: _eps(d.eps_record_worst)),
     ("entropy", lambda d: d.entropy), ("board", lambda d: d.board), ("status", lambda d: d.status_event),
-    ("status_at", lambda d: _t(d.status_at)),
+    ("status_at", lambda d: _t(d.status_at)), ("set_apart", lambda d: d.set_apart),
 ]
 
 

@@ -214,15 +214,21 @@ def do_status(args: argparse.Namespace) -> int:
     st = settings_from(args)
     with open_analyst_store(st.analyst_db) as a:
         gaps = a.gaps()
-        print("analyst     %d readings, %d dead letters, %d device boots, %d missing sequence numbers"
-              % (a.count(), a.dead_letter_count(), len(gaps), sum(g.missing for g in gaps)))
+        print("analyst     %d readings, %d dead letters (%d distinct), %d device boots, %d missing sequence "
+              "numbers" % (a.count(), a.dead_letter_messages(), a.dead_letter_count(), len(gaps),
+                           sum(g.missing for g in gaps)))
         for d in a.dead_letters(args.dead):
-            print("  dead: %-28s %-50s %d bytes" % (d.topic, d.reason[:50], len(d.payload)))
+            print("  dead: %-28s %-50s %d bytes%s" % (d.topic, d.reason[:50], d.size,
+                                                       " x%d" % d.repeats if d.repeats > 1 else ""))
         counts = a.window_counts()
         if any(counts.values()):
             print("windows     %d done, %d closed and awaiting their correction round, %d held after a "
                   "failed round, %d carried (no inlier)" % (counts["done"], counts["closed"], counts["held"],
                                                            counts["carried"]))
+        apart = a.set_apart_by_device()
+        if apart:
+            print("set apart   %d readings not scored (another column count or config_id than their window): %s"
+                  % (sum(apart.values()), ", ".join("device %d: %d" % kv for kv in sorted(apart.items()))))
         for w in a.windows(states=("held",), limit=3):
             print("  held: window %d (group %s, %d readings, %d attempts): %s"
                   % (w.id, w.group, w.n, w.attempts, w.last_error))
@@ -230,7 +236,8 @@ def do_status(args: argparse.Namespace) -> int:
             print("  %s %-9s %s" % (iso_time(e.at), e.kind, e.text))
         tokens = a.token_array()
     with open_correction_store(st.correction_db) as c:
-        print("correction  %d records, %d dead letters" % (c.count(), c.dead_letter_count()))
+        print("correction  %d records, %d dead letters (%d distinct)"
+              % (c.count(), c.dead_letter_messages(), c.dead_letter_count()))
         ctokens = c.token_array()
     only_a = np.setdiff1d(tokens, ctokens).size
     only_c = np.setdiff1d(ctokens, tokens).size

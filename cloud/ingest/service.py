@@ -224,8 +224,10 @@ class IngestService:
         s = self.stats
         s.received += len(batch)
         s.stored += inserted
-        s.duplicates += len(records) - inserted
-        s.dead += len(dead)
+        # A record whose key is stored with other content is dead-lettered, not a duplicate.
+        conflicts = self.store.last_conflicts
+        s.duplicates += len(records) - inserted - conflicts
+        s.dead += len(dead) + conflicts
         s.batches += 1
         gen = self._gen
         for m in batch:

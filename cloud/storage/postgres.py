@@ -37,15 +37,16 @@ from .repository import (
     Window,
     check_limit,
     correction_conflict,
-    dead_letter_digest,
+    dead_letter_row,
     reading_conflict,
     stored_values,
     unpack_values,
+    upgrade_dead_letters,
     values_matrix,
 )
 from .stream import POSTGRES_V2
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SCHEMA_LOCK = 0x6470_7365_0000_0001    # advisory lock keys: "dpse" + a number
 _WRITE_LOCK = 0x6470_7365_0000_0002
 
@@ -55,9 +56,19 @@ _DEAD_LETTERS_SQL = (
         topic       text NOT NULL,
         payload     bytea NOT NULL,
         reason      text NOT NULL,
-        received_at double precision NOT NULL,
-        digest      bytea NOT NULL UNIQUE     -- SHA-256 of (topic, reason, payload)
+        received_at double precision NOT NULL,          -- first arrival
+        digest      bytea NOT NULL UNIQUE,              -- dead_letter_digest: (topic, reason, payload)
+        size        bigint NOT NULL DEFAULT 0,          -- the whole payload's bytes; payload is a prefix
+        sha256      bytea NOT NULL DEFAULT '\\x',       -- the whole payload's SHA-256
+        repeats     bigint NOT NULL DEFAULT 1,
+        last_at     double precision NOT NULL DEFAULT 0
     )""",
+)
+# Schema 2 -> 3: dead letters keep a prefix, the size and SHA-256, and count repeats.
+_DEAD_LETTERS_V3 = (
+    "ALTER TABLE dead_letters ADD COLUMN size bigint NOT NULL DEFAULT 0,"
+    " ADD COLUMN sha256 bytea NOT NULL DEFAULT '\\x', ADD COLUMN repeats bigint NOT NULL DEFAULT 1,"
+    " ADD COLUMN last_at double precision NOT NULL DEFAULT 0",
 )
 
 _ANALYST_SQL = (
@@ -158,8 +169,10 @@ class _PostgresDatabase:
                 return
             cur.execute("SELECT kind, version FROM dpsense_schema")
             rows = cur.fetchall()
-            if rows == [(self._kind, 1)]:
-                self._upgrade_from_1(cur)
+            if rows in ([(self._kind, 1)], [(self._kind, 2)]):
+                if rows[0][1] == 1:
+                    self._upgrade_from_1(cur)
+                upgrade_dead_letters(cur, _DEAD_LETTERS_V3, "%s")
                 cur.execute("UPDATE dpsense_schema SET version = %s", (SCHEMA_VERSION,))
                 rows = [(self._kind, SCHEMA_VERSION)]
         if len(rows) != 1:
@@ -206,15 +219,19 @@ class _PostgresDatabase:
     def _insert_dead(cur: psycopg.Cursor[Any], dead: Sequence[DeadLetter]) -> None:
         if dead:
             cur.executemany(
-                "INSERT INTO dead_letters (topic, payload, reason, received_at, digest)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (digest) DO NOTHING",
-                [(d.topic, bytes(d.payload), d.reason, d.received_at, dead_letter_digest(d)) for d in dead])
+                "INSERT INTO dead_letters (topic, payload, reason, received_at, digest, size, sha256, last_at)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (digest) DO UPDATE SET"
+                " repeats = dead_letters.repeats + 1, last_at = greatest(dead_letters.last_at, excluded.last_at)",
+                [dead_letter_row(d) + (d.received_at,) for d in dead])
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         rows = self._rows("read dead letters",
-                          "SELECT topic, payload, reason, received_at FROM dead_letters ORDER BY id DESC LIMIT %s",
-                          (check_limit("limit", limit),))
-        return [DeadLetter(topic, payload, reason, received_at) for topic, payload, reason, received_at in rows]
+                          "SELECT topic, payload, reason, received_at, size, sha256, repeats FROM dead_letters"
+                          " ORDER BY last_at DESC, id DESC LIMIT %s", (check_limit("limit", limit),))
+        return [DeadLetter(t, bytes(p), r, at, size, bytes(sha), n) for t, p, r, at, size, sha, n in rows]
+
+    def dead_letter_messages(self) -> int:
+        return int(self._rows("count dead-lettered messages", "SELECT coalesce(sum(repeats), 0) FROM dead_letters")[0][0])
 
     def dead_letter_count(self) -> int:
         return self._scalar("count dead letters", "SELECT count(*) FROM dead_letters")
@@ -260,7 +277,8 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
                             " ORDER BY b.ord", prepare=False)
                 conflicts = [reading_conflict(readings[ord_]) for (ord_,) in cur.fetchall()]
             self._insert_dead(cur, list(dead) + conflicts)
-            self._count_batch(cur, len(readings) + len(dead), added, len(readings))
+            self.last_conflicts = len(conflicts)
+            self._count_batch(cur, len(readings) + len(dead), added, len(readings), len(dead) + len(conflicts))
         return added
 
     def count(self) -> int:
@@ -340,6 +358,7 @@ class PostgresCorrectionStore(_PostgresDatabase, CorrectionStore):
                             " WHERE c.d_diff <> b.d_diff ORDER BY b.ord", prepare=False)
                 conflicts = [correction_conflict(corrections[ord_]) for (ord_,) in cur.fetchall()]
             self._insert_dead(cur, list(dead) + conflicts)
+            self.last_conflicts = len(conflicts)
         return added
 
     def lookup(self, tokens: list[bytes]) -> dict[bytes, int]:

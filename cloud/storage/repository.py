@@ -14,8 +14,10 @@ Rules shared by every backend:
   with reason ``CONFLICTING_DUPLICATE`` and its canonical wire bytes, in the same transaction.
   Content means the wire fields (token, config_id, values; d_diff for corrections); the topic
   and the arrival time are envelope, not content.
-* Dead letters are stored once per ``(topic, reason, payload)``, so a re-delivered batch does not
-  add them twice. ``dead_letters()`` lists the most recent first.
+* Dead letters are stored once per ``(topic, reason, payload)``: a row keeps the payload's first
+  ``DEAD_LETTER_PREFIX`` bytes, its size and SHA-256, and counts how often it came (``repeats``;
+  a message the broker redelivers after a crash between commit and acknowledgement counts
+  again). ``dead_letters()`` lists the most recently seen first.
 * Row ids of readings grow in commit order (PostgreSQL may skip numbers): ``readings_after``
   and ``window`` walk the readings in the order they arrived, and a reader that remembers the
   last row id it saw misses none.
@@ -33,6 +35,7 @@ import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from types import TracebackType
+from collections.abc import Sequence
 from typing import Any, NamedTuple, Self
 
 import numpy as np
@@ -87,14 +90,33 @@ class Correction:
             raise ValueError("token must be %d bytes, got %d" % (wire.TOKEN_SIZE, len(self.token)))
 
 
+# Bytes of a dead letter's payload a store keeps: enough to see what a device sent (a reading
+# header is 26 bytes, a correction record 16), never a whole megabyte a device chose to send.
+DEAD_LETTER_PREFIX = 256
+
+
 @dataclass(frozen=True)
 class DeadLetter:
-    """A message that was not stored as data: its raw payload, its topic and the reason."""
+    """A message that was not stored as data: its raw payload, its topic and the reason.
+
+    Made by the ingest, ``payload`` is the whole payload. Read back from a store it is the first
+    ``DEAD_LETTER_PREFIX`` bytes; ``size`` and ``sha256`` then describe the whole payload and
+    ``repeats`` says how often the same (topic, reason, payload) arrived.
+    """
 
     topic: str
     payload: bytes
     reason: str
     received_at: float
+    size: int = -1                  # -1: len(payload)
+    sha256: bytes = b""             # b"": SHA-256 of payload
+    repeats: int = 1
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            object.__setattr__(self, "size", len(self.payload))
+        if not self.sha256:
+            object.__setattr__(self, "sha256", hashlib.sha256(self.payload).digest())
 
 
 @dataclass(frozen=True)
@@ -119,6 +141,10 @@ class Window(NamedTuple):
 
 class AnalystStore(StreamTables, ABC):
     """Perturbed readings, dead letters, detection progress (``meta``) and detection results."""
+
+    # Readings of the last committed ``add_batch`` whose key was stored with other content:
+    # dead letters, not duplicates.
+    last_conflicts: int = 0
 
     @abstractmethod
     def add_batch(self, readings: list[Reading], dead: list[DeadLetter]) -> int:
@@ -154,7 +180,11 @@ class AnalystStore(StreamTables, ABC):
 
     @abstractmethod
     def dead_letter_count(self) -> int:
-        """Number of stored dead letters."""
+        """Number of stored dead letters (distinct topic, reason and payload)."""
+
+    @abstractmethod
+    def dead_letter_messages(self) -> int:
+        """Number of messages dead-lettered: the dead letters with their repeats."""
 
     @abstractmethod
     def get_meta(self, key: str) -> str | None:
@@ -187,6 +217,10 @@ class AnalystStore(StreamTables, ABC):
 class CorrectionStore(TokenListing, ABC):
     """Record tokens and distance differences, plus dead letters; no device identity at all."""
 
+    # Corrections of the last committed ``add_batch`` whose token was stored with another
+    # d_diff: dead letters, not duplicates.
+    last_conflicts: int = 0
+
     _token_table = "corrections"
 
     @abstractmethod
@@ -207,7 +241,11 @@ class CorrectionStore(TokenListing, ABC):
 
     @abstractmethod
     def dead_letter_count(self) -> int:
-        """Number of stored dead letters."""
+        """Number of stored dead letters (distinct topic, reason and payload)."""
+
+    @abstractmethod
+    def dead_letter_messages(self) -> int:
+        """Number of messages dead-lettered: the dead letters with their repeats."""
 
     @abstractmethod
     def close(self) -> None:
@@ -258,13 +296,34 @@ def unpack_values(blob: bytes) -> tuple[int, ...]:
 
 
 def dead_letter_digest(letter: DeadLetter) -> bytes:
-    """The key that makes a dead letter unique: SHA-256 over topic, reason and payload."""
+    """The key that makes a dead letter unique: SHA-256 over topic, reason and the whole
+    payload (through its own SHA-256, so a stored prefix gives the same key)."""
     h = hashlib.sha256()
     for part in (letter.topic.encode(), letter.reason.encode()):
         h.update(struct.pack("<I", len(part)))
         h.update(part)
-    h.update(letter.payload)
+    h.update(letter.sha256)
     return h.digest()
+
+
+def upgrade_dead_letters(cur: Any, alter: Sequence[str], placeholder: str) -> None:
+    """Schema 2 -> 3 of the ``dead_letters`` table, in the caller's transaction: add the size,
+    SHA-256, repeat count and last arrival (``alter``), then keep only each payload's prefix
+    and key every row by the new digest."""
+    for statement in alter:
+        cur.execute(statement)
+    cur.execute("SELECT id, topic, payload, reason FROM dead_letters")
+    sql = ("UPDATE dead_letters SET payload = ?, digest = ?, size = ?, sha256 = ?, last_at = received_at"
+           " WHERE id = ?").replace("?", placeholder)
+    for rid, topic, payload, reason in cur.fetchall():
+        _, prefix, _, _, digest, size, sha = dead_letter_row(DeadLetter(topic, bytes(payload), reason, 0.0))
+        cur.execute(sql, (prefix, digest, size, sha, rid))
+
+
+def dead_letter_row(letter: DeadLetter) -> tuple[str, bytes, str, float, bytes, int, bytes]:
+    """``(topic, payload prefix, reason, received_at, digest, size, sha256)`` as stored."""
+    return (letter.topic, bytes(letter.payload[:DEAD_LETTER_PREFIX]), letter.reason, letter.received_at,
+            dead_letter_digest(letter), letter.size, letter.sha256)
 
 
 def reading_conflict(reading: Reading) -> DeadLetter:

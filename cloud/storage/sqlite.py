@@ -35,15 +35,16 @@ from .repository import (
     Window,
     check_limit,
     correction_conflict,
-    dead_letter_digest,
+    dead_letter_row,
     reading_conflict,
     stored_values,
     unpack_values,
+    upgrade_dead_letters,
     values_matrix,
 )
 from .stream import SQLITE_V2
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 10_000
 _APPLICATION_IDS = {"analyst": 0x64707341, "correction": 0x64707343}    # "dpsA", "dpsC"
 # Another connection held the lock for longer than BUSY_TIMEOUT_MS: a later retry may succeed.
@@ -63,9 +64,20 @@ _DEAD_LETTERS_SQL = (
         topic       TEXT NOT NULL,
         payload     BLOB NOT NULL,
         reason      TEXT NOT NULL,
-        received_at REAL NOT NULL,
-        digest      BLOB NOT NULL UNIQUE      -- SHA-256 of (topic, reason, payload)
+        received_at REAL NOT NULL,                -- first arrival
+        digest      BLOB NOT NULL UNIQUE,         -- dead_letter_digest: (topic, reason, payload)
+        size        INTEGER NOT NULL DEFAULT 0,   -- the whole payload's bytes; payload is a prefix
+        sha256      BLOB NOT NULL DEFAULT x'',    -- the whole payload's SHA-256
+        repeats     INTEGER NOT NULL DEFAULT 1,
+        last_at     REAL NOT NULL DEFAULT 0
     )""",
+)
+# Schema 2 -> 3: dead letters keep a prefix, the size and SHA-256, and count repeats.
+_DEAD_LETTERS_V3 = (
+    "ALTER TABLE dead_letters ADD COLUMN size INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE dead_letters ADD COLUMN sha256 BLOB NOT NULL DEFAULT x''",
+    "ALTER TABLE dead_letters ADD COLUMN repeats INTEGER NOT NULL DEFAULT 1",
+    "ALTER TABLE dead_letters ADD COLUMN last_at REAL NOT NULL DEFAULT 0",
 )
 
 _ANALYST_SQL = (
@@ -169,10 +181,13 @@ class _SqliteDatabase:
             kinds = {v: k for k, v in _APPLICATION_IDS.items()}
             what = "a dpsense %s store" % kinds[found_id] if found_id in kinds else "not a dpsense store"
             raise StorageError("%s is %s, not a %s store" % (self.path, what, self._kind))
-        if version == 1:
+        if version in (1, 2):
             with self._write("upgrade the schema to version %d" % SCHEMA_VERSION) as cur:
-                if self._header()[1] == 1:
+                found = self._header()[1]
+                if found == 1:
                     self._upgrade_from_1(cur)
+                if found in (1, 2):
+                    upgrade_dead_letters(cur, _DEAD_LETTERS_V3, "?")
                     cur.execute("PRAGMA user_version = %d" % SCHEMA_VERSION)
             version = self._header()[1]
         if version != SCHEMA_VERSION:
@@ -224,16 +239,20 @@ class _SqliteDatabase:
     def _insert_dead(self, cur: sqlite3.Cursor, dead: Sequence[DeadLetter]) -> None:
         if dead:
             cur.executemany(
-                "INSERT INTO dead_letters (topic, payload, reason, received_at, digest)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
-                [(d.topic, bytes(d.payload), d.reason, d.received_at, dead_letter_digest(d)) for d in dead])
+                "INSERT INTO dead_letters (topic, payload, reason, received_at, digest, size, sha256, last_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO UPDATE SET"
+                " repeats = dead_letters.repeats + 1, last_at = max(dead_letters.last_at, excluded.last_at)",
+                [dead_letter_row(d) + (d.received_at,) for d in dead])
 
     def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         with self._translate("read dead letters"):
             rows = self._conn.execute(
-                "SELECT topic, payload, reason, received_at FROM dead_letters ORDER BY id DESC LIMIT ?",
-                (check_limit("limit", limit),)).fetchall()
-        return [DeadLetter(topic, payload, reason, received_at) for topic, payload, reason, received_at in rows]
+                "SELECT topic, payload, reason, received_at, size, sha256, repeats FROM dead_letters"
+                " ORDER BY last_at DESC, id DESC LIMIT ?", (check_limit("limit", limit),)).fetchall()
+        return [DeadLetter(t, p, r, at, size, sha, n) for t, p, r, at, size, sha, n in rows]
+
+    def dead_letter_messages(self) -> int:
+        return int(self._rows("count dead-lettered messages", "SELECT coalesce(sum(repeats), 0) FROM dead_letters")[0][0])
 
     def dead_letter_count(self) -> int:
         return self._scalar("SELECT count(*) FROM dead_letters", "count dead letters")
@@ -265,7 +284,8 @@ class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
                 added += cur.rowcount
             conflicts = self._conflicts(cur, readings, rows) if added < len(rows) else []
             self._insert_dead(cur, list(dead) + conflicts)
-            self._count_batch(cur, len(readings) + len(dead), added, len(readings))
+            self.last_conflicts = len(conflicts)
+            self._count_batch(cur, len(readings) + len(dead), added, len(readings), len(dead) + len(conflicts))
         return added
 
     def _upgrade_from_1(self, cur: sqlite3.Cursor) -> None:
@@ -358,6 +378,7 @@ class SqliteCorrectionStore(_SqliteDatabase, CorrectionStore):
                 stored = self._lookup(cur, [c.token for c in corrections])
                 conflicts = [correction_conflict(c) for c in corrections if stored[c.token] != c.d_diff]
             self._insert_dead(cur, list(dead) + conflicts)
+            self.last_conflicts = len(conflicts)
         return added
 
     def lookup(self, tokens: list[bytes]) -> dict[bytes, int]:

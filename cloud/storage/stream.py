@@ -20,12 +20,13 @@ PostgreSQL, and uses only what both databases understand.
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,8 +37,10 @@ if TYPE_CHECKING:
 
 DEFAULT_GROUP = "default"
 WINDOW_STATES = ("closed", "held", "done", "carried")
-COUNTERS = ("ingest_received", "ingest_stored", "ingest_duplicates", "windows_closed", "rounds_completed",
-            "rounds_failed", "round_seconds_total", "readings_carried")
+COUNTERS = ("ingest_received", "ingest_stored", "ingest_duplicates", "ingest_dead_letters", "windows_closed", "rounds_completed",
+            "rounds_failed", "round_seconds_total", "readings_carried", "readings_set_apart")
+# Per-device counts of readings set apart are counters named SET_APART_PREFIX + device id.
+SET_APART_PREFIX = "set_apart.d"
 _TOKEN_CHUNK = 50_000
 
 # Statements that turn a schema-1 analyst store into schema 2, also run after the schema-1
@@ -166,6 +169,14 @@ class WindowOutcome:
     done_at: float
 
 
+def _majority(widths: list[int]) -> int:
+    """The most common of ``widths`` (the smallest on a tie; 0 when empty)."""
+    if not widths:
+        return 0
+    counts = collections.Counter(widths)
+    return min(counts, key=lambda w: (-counts[w], w))
+
+
 @dataclass(frozen=True)
 class Members:
     """The readings of a closed window in arrival order, as detection and the round need them."""
@@ -177,6 +188,20 @@ class Members:
     received_at: npt.NDArray[np.float64]
     tokens: list[bytes]
     values: npt.NDArray[np.int64]
+    # Readings of the window that do not fit it (another column count or configuration):
+    # kept out of every array above, never scored.
+    odd: list[OddReading] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OddReading:
+    """A valid reading set apart from its window, and why."""
+
+    row_id: int
+    device_id: int
+    columns: int
+    config_id: int
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -295,14 +320,18 @@ class StreamTables(TokenListing):
             cur.executemany(self._q("INSERT INTO counters (name, value) VALUES (?, ?) ON CONFLICT (name)"
                                     " DO UPDATE SET value = counters.value + excluded.value"), rows)
 
-    def _count_batch(self, cur: Any, messages: int, new: int, records: int) -> None:
-        """Ingest counters, in the transaction of the batch they count."""
-        self._bump(cur, {"ingest_received": messages, "ingest_stored": new, "ingest_duplicates": records - new})
+    def _count_batch(self, cur: Any, messages: int, new: int, records: int, dead: int) -> None:
+        """Ingest counters, in the transaction of the batch they count. ``dead`` counts the
+        batch's dead letters, conflicting duplicates included; they are not duplicates."""
+        conflicts = dead - (messages - records)
+        self._bump(cur, {"ingest_received": messages, "ingest_stored": new,
+                         "ingest_duplicates": records - new - conflicts, "ingest_dead_letters": dead})
 
     def counters(self) -> dict[str, float]:
         """Running totals (``COUNTERS``) since the store was made; absent ones are 0."""
         found = dict(self._rows("read counters", "SELECT name, value FROM counters"))
-        return {name: float(found.get(name, 0.0)) for name in sorted(set(COUNTERS) | set(found))}
+        return {name: float(found.get(name, 0.0)) for name in sorted(set(COUNTERS) | set(found))
+                if not name.startswith(SET_APART_PREFIX)}
 
     # -- arrival ------------------------------------------------------------------------------------
     def max_row_id(self) -> int:
@@ -387,15 +416,54 @@ class StreamTables(TokenListing):
             self._bump(cur, {"windows_closed": 1})
         return rec
 
-    def window_members(self, window: int) -> Members:
+    def window_members(self, window: int, columns: int | None = None, config_id: int | None = None) -> Members:
+        """The window's readings. Those with another column count than ``columns`` (when None:
+        the count most of the window's readings have, the fewer columns on a tie) or another
+        configuration than ``config_id`` (when given) are set apart in ``Members.odd``: the
+        protocol allows 1..16 columns per reading, and one device's choice must not decide
+        whether the others are scored."""
         from .repository import values_matrix
-        rows = self._rows("read window %d" % window, self._q(
-            "SELECT row_id, device_id, boot_id, seq, received_at, token, vals FROM readings WHERE win = ?"
-            " ORDER BY row_id"), (window,))
+        every = self._rows("read window %d" % window, self._q(
+            "SELECT row_id, device_id, boot_id, seq, received_at, token, vals, config_id FROM readings"
+            " WHERE win = ? ORDER BY row_id"), (window,))
+        width = 4 * columns if columns is not None else _majority([len(r[6]) for r in every])
+        rows, odd = [], []
+        for r in every:
+            n = len(r[6]) // 4
+            if len(r[6]) != width:
+                odd.append(OddReading(int(r[0]), int(r[1]), n, int(r[7]),
+                                      "%d columns, window has %d" % (n, width // 4)))
+            elif config_id is not None and int(r[7]) != config_id:
+                odd.append(OddReading(int(r[0]), int(r[1]), n, int(r[7]),
+                                      "config_id %d, profile has %d" % (int(r[7]), config_id)))
+            else:
+                rows.append(r)
         ints = np.array([r[:4] for r in rows], dtype=np.int64).reshape(len(rows), 4)
         return Members(ints[:, 0], ints[:, 1], ints[:, 2], ints[:, 3],
                        np.array([r[4] for r in rows], dtype=np.float64), [bytes(r[5]) for r in rows],
-                       values_matrix([bytes(r[6]) for r in rows]))
+                       values_matrix([bytes(r[6]) for r in rows]), odd)
+
+    def _set_apart(self, cur: Any, window: int, odd: Sequence[OddReading], at: float) -> None:
+        """Record a window's readings set apart: one event per device, counted in total and per device."""
+        if not odd:
+            return
+        by_device: dict[int, list[OddReading]] = {}
+        for o in odd:
+            by_device.setdefault(o.device_id, []).append(o)
+        grp = self._x(cur, "SELECT grp FROM windows WHERE id = ?", (window,)).fetchone()
+        for dev, rs in sorted(by_device.items()):
+            reasons = sorted({o.reason for o in rs})
+            self._event(cur, at, "set_apart", grp[0] if grp else None, window,
+                        "window %d: %d readings of device %d set apart, not scored (%s)"
+                        % (window, len(rs), dev, "; ".join(reasons)))
+            self._bump(cur, {SET_APART_PREFIX + str(dev): len(rs)})
+        self._bump(cur, {"readings_set_apart": len(odd)})
+
+    def set_apart_by_device(self) -> dict[int, int]:
+        """Readings set apart from their windows so far, per device id."""
+        rows = self._rows("read readings set apart", self._q("SELECT name, value FROM counters WHERE name LIKE ?"),
+                          (SET_APART_PREFIX + "%",))
+        return {int(name[len(SET_APART_PREFIX):]): int(v) for name, v in rows}
 
     def window_record(self, window: int) -> WindowRecord | None:
         rows = self._rows("read window %d" % window,
@@ -452,8 +520,9 @@ class StreamTables(TokenListing):
         return int(row[1])
 
     def complete_window(self, window: int, outcome: WindowOutcome, verdicts: Sequence[Verdict],
-                        payload: dict[str, Any], note: str | None = None) -> None:
-        """Store a round's outcome, its verdicts and its result payload in one transaction."""
+                        payload: dict[str, Any], note: str | None = None, odd: Sequence[OddReading] = ()) -> None:
+        """Store a round's outcome, its verdicts, its result payload and the readings it set
+        apart (``odd``, see ``window_members``) in one transaction."""
         text = json.dumps(payload, allow_nan=False)
         with self._write("store the outcome of window %d" % window) as cur:
             self._x(cur, "DELETE FROM verdicts WHERE win = ?", (window,))
@@ -474,6 +543,7 @@ class StreamTables(TokenListing):
             if note is not None:
                 grp = self._x(cur, "SELECT grp FROM windows WHERE id = ?", (window,)).fetchone()
                 self._event(cur, o.done_at, "completed", grp[0] if grp else None, window, note)
+            self._set_apart(cur, window, odd, o.done_at)
             self._bump(cur, {"rounds_completed": 1, "round_seconds_total": o.round_s})
 
     def verdicts(self, window: int | None = None, since: float | None = None, group: str | None = None,

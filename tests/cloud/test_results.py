@@ -193,3 +193,31 @@ def test_fleet_encoder_continues_where_it_stopped() -> None:
     assert [r for p in parts for r in p.readings] == whole.readings
     assert [c for p in parts for c in p.corrections] == whole.corrections
     assert json.loads(enc.status(2))["eps_record"] == "2"
+
+
+def test_status_and_devices_count_readings_set_apart_per_device(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    adb, cdb = "sqlite:///%s/a.db" % tmp_path, "sqlite:///%s/c.db" % tmp_path
+    with open_analyst_store(adb) as a:
+        wide = Reading(9, 1, 0, bytes([9] * 8), 1, tuple(range(16)), "dpsense/readings/d9", 1.5)
+        a.add_batch([_reading(1, 1, s, 1.0) for s in range(5)] + [wide], [])
+        w = a.close_window("default", "count", upto_row=a.max_row_id(), closed_at=2.0, limit=6)
+        assert w is not None
+        m = a.window_members(w.id, columns=2)
+        a.complete_window(w.id, WindowOutcome(0, 0, 0, 0, 0, 0.0, 0.0, 3.0), [], {"window": w.id}, None, m.odd)
+    common = ["--data-dir", str(tmp_path), "--analyst-db", adb]
+    code, out, _ = _run(capsys, "status", *common, "--correction-db", cdb)
+    assert code == 0 and "set apart   1 readings not scored" in out and "device 9: 1" in out
+    code, out, _ = _run(capsys, "results", "devices", "--format", "json", *common)
+    assert {d["device"]: d["set_apart"] for d in json.loads(out)} == {1: 0, 9: 1}
+
+
+def test_a_status_message_s_figures_are_read_only_as_plain_fractions() -> None:
+    """A device writes its status message: an exponent would make Fraction build a huge integer
+    (seconds of CPU and hundreds of MB for "1e999999999") in `results devices` and the dashboard."""
+    with open_analyst_store("sqlite://") as store:
+        store.add_statuses([DeviceStatus(3, 1, 1.0, {"event": "boot", "eps_record": "1e999999999",
+                                                      "eps_record_worst": "0.25", "cap": "1/20",
+                                                      "spent": "-1", "entropy": "os.urandom"})], [])
+        (d,) = results.devices(store)
+    assert (d.eps_record, d.eps_record_worst, d.cap, d.eps_window) == (None, Fraction(1, 4), Fraction(1, 20), None)

@@ -29,6 +29,7 @@ from dpsense.cloud.storage import (
     open_correction_store,
     open_store,
 )
+from dpsense.cloud.storage.repository import DEAD_LETTER_PREFIX
 from dpsense.cloud.storage.sqlite import SCHEMA_VERSION
 from dpsense.protocol import wire
 
@@ -128,7 +129,8 @@ def test_conflict_inside_one_batch_keeps_the_first(analyst: AnalystStore) -> Non
 
 
 def test_batch_is_one_transaction(analyst: AnalystStore) -> None:
-    broken = DeadLetter("t", None, "payload missing", 0.0)    # type: ignore[arg-type]
+    broken = DeadLetter("t", b"", "payload missing", 0.0)
+    object.__setattr__(broken, "payload", None)      # fails only when the batch stores it
     with pytest.raises(TypeError):
         analyst.add_batch([reading(7, 1, 0), reading(7, 1, 1)], [broken])
     assert analyst.count() == 0
@@ -156,6 +158,34 @@ def test_dead_letters_keep_raw_payload_topic_and_reason(analyst: AnalystStore, c
         store.add_batch([], letters)                                   # redelivered: stored once
         store.add_batch([], [DeadLetter("dpsense/r/d7", b"", "another reason", 4.0)])
         assert store.dead_letter_count() == 4
+
+
+def test_a_dead_letter_keeps_a_prefix_its_size_and_hash_and_counts_repeats(analyst: AnalystStore,
+                                                                          cs: CorrectionStore) -> None:
+    big = bytes(range(256)) * 4096                          # 1 MiB
+    bad = DeadLetter("dpsense/readings/d7", b"\x07" * 30, "malformed: unsupported version 7", 1.0)
+    for store in (analyst, cs):
+        store.add_batch([], [DeadLetter("dpsense/readings/d7", big, "malformed: too long", 0.5)])
+        for i in range(5):                                  # five identical bad payloads: one row, 5 repeats
+            store.add_batch([], [DeadLetter(bad.topic, bad.payload, bad.reason, 1.0 + i)])
+        store.add_batch([], [bad, bad])                     # twice in one batch counts twice
+        first, second = store.dead_letters()
+        assert (first.payload, first.size, first.repeats, first.received_at) == (bad.payload, 30, 7, 1.0)
+        assert (second.payload, second.size, second.sha256) == (big[:DEAD_LETTER_PREFIX], len(big),
+                                                                hashlib.sha256(big).digest())
+        assert DEAD_LETTER_PREFIX == 256 and second.repeats == 1 and store.dead_letter_count() == 2
+
+
+def test_the_ingest_counters_count_a_conflicting_duplicate_as_a_dead_letter(analyst: AnalystStore) -> None:
+    analyst.add_batch([reading(7, 1, s) for s in range(4)], [])
+    bad = DeadLetter("dpsense/r/d7", b"\x01", "malformed: short message: 1 bytes", 2.0)
+    assert analyst.add_batch([reading(7, 1, 0), reading(7, 1, 1), reading(7, 1, 2, (1, 1)), reading(7, 1, 9)],
+                             [bad, bad]) == 1
+    assert analyst.last_conflicts == 1
+    c = analyst.counters()
+    assert (c["ingest_received"], c["ingest_stored"], c["ingest_duplicates"], c["ingest_dead_letters"]) == \
+        (10, 5, 2, 3)
+    assert analyst.dead_letter_messages() == 3 and analyst.dead_letter_count() == 2
 
 
 # -- analyst: reading back ---------------------------------------------------------------------

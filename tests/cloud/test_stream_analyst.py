@@ -346,3 +346,63 @@ def test_a_restarted_analyst_takes_up_closed_windows(store: AnalystStore) -> Non
     assert again.poll(store) == 1
     (w,) = store.windows()
     assert (w.state, w.attempts, w.round_id) == ("done", 2, 2)       # a new round id for the new attempt
+
+
+def _odd(device: int, seq: int, columns: int, t: float, config_id: int = 1) -> Reading:
+    return Reading(device, 1, seq, bytes([device, seq, columns, 0, 0, 0, 0, 0]), config_id,
+                   tuple(range(columns)), "dpsense/readings/d%d" % device, t)
+
+
+def test_readings_of_1_2_and_16_columns_in_one_window_are_set_apart_not_fatal(store: AnalystStore) -> None:
+    """Issue 15 item 7: the protocol allows 1..16 columns; a device using another count than
+    the profile's must not stop the analyst nor be scored with the others."""
+    fleet = Fleet()
+    regular = fleet.readings(1, spread(5000.0, 5005.0, 50)) + fleet.readings(7, spread(5000.0, 5005.0, 10))
+    odd = [_odd(7, 100, 1, 5001.0), _odd(7, 101, 16, 5002.0), _odd(7, 102, 16, 5003.0), _odd(9, 0, 1, 5004.0)]
+    store.add_batch(regular + odd, [])
+    clock = Clock(5006.0)
+    server = InProcessServer(fleet.d_diff)
+    a, logs = make_analyst(store, server, clock, WindowSpec(seconds=5))
+    assert a.poll(store) == 1
+    (w,) = store.windows()
+    assert (w.state, w.n) == ("done", 64)
+    (_, result), = store.window_results()
+    assert (result["n"], result["set_apart"]) == (60, 4)
+    top = store.max_row_id()                      # the odd readings were stored last
+    assert set(store.window_members(w.id, columns=2).row_ids.tolist()) == set(range(top - 63, top - 3))
+    assert not {v.row_id for v in store.verdicts(candidates_only=False)} & set(range(top - 3, top + 1))
+    # The far readings of the regular population are still found.
+    assert result["candidates"] >= 2
+    assert store.set_apart_by_device() == {7: 3, 9: 1}
+    assert store.counters()["readings_set_apart"] == 4
+    texts = sorted(e.text for e in store.events() if e.kind == "set_apart")
+    assert texts == ["window %d: 1 readings of device 9 set apart, not scored (1 columns, window has 2)" % w.id,
+                     "window %d: 3 readings of device 7 set apart, not scored (1 columns, window has 2; "
+                     "16 columns, window has 2)" % w.id]
+    assert any("4 of 64 readings set apart" in line for line in logs)
+
+
+def test_without_a_profile_the_window_s_majority_decides_and_config_is_checked(store: AnalystStore) -> None:
+    fleet = Fleet()
+    store.add_batch(fleet.readings(1, spread(6000.0, 6005.0, 30))
+                    + [_odd(2, 0, 16, 6001.0), _odd(3, 0, 2, 6002.0, config_id=5)], [])
+    store.close_window("default", "time", upto_row=store.max_row_id(), closed_at=6006.0, before=6006.0,
+                       start=6000.0, end=6005.0)
+    (w,) = store.windows()
+    m = store.window_members(w.id)
+    assert len(m.row_ids) == 31 and m.values.shape == (31, 2)
+    assert [(o.device_id, o.reason) for o in m.odd] == [(2, "16 columns, window has 2")]
+    m = store.window_members(w.id, columns=2, config_id=1)
+    assert len(m.row_ids) == 30
+    assert sorted((o.device_id, o.reason) for o in m.odd) == [(2, "16 columns, window has 2"),
+                                                              (3, "config_id 5, profile has 1")]
+
+
+def test_a_window_of_only_odd_readings_completes_unscored(store: AnalystStore) -> None:
+    store.add_batch([_odd(4, s, 16, 7000.0 + s / 10) for s in range(25)], [])
+    clock = Clock(7006.0)
+    a, _ = make_analyst(store, InProcessServer({}), clock, WindowSpec(seconds=5))
+    assert a.poll(store) == 1
+    (w,) = store.windows()
+    assert w.state == "done" and store.verdicts(candidates_only=False) == []
+    assert store.set_apart_by_device() == {4: 25}

@@ -5,7 +5,7 @@ import hashlib
 import itertools
 import json
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -137,8 +137,15 @@ def test_token_lists_of_both_stores(new_url: Callable[[], str]) -> None:
     assert len(np.setdiff1d(ta, tc)) == 3 and len(np.setdiff1d(tc, ta)) == 1     # seqs 0-2, and 5
 
 
-def _schema_1(url: str) -> None:
-    """A store as dpsense wrote it before schema 2: two count windows done, readings after them pending."""
+# The dead_letters table of schemas 1 and 2: whole payloads, one row per (topic, reason, payload).
+_OLD_DEAD_LETTERS = """CREATE TABLE dead_letters (
+    id %s PRIMARY KEY, topic text NOT NULL, payload %s NOT NULL, reason text NOT NULL,
+    received_at double precision NOT NULL, digest %s NOT NULL UNIQUE)"""
+
+
+def _schema_1(url: str, dead: Sequence[tuple[str, bytes, str, float, bytes]] = ()) -> None:
+    """A store as dpsense wrote it before schema 2: two count windows done, readings after them
+    pending, and the dead letters ``dead`` (topic, payload, reason, received_at, old digest)."""
     rows = [(d, 1, s, token_of(d, 1, s), 1, np.array([s, -s], "<i4").tobytes(), "dpsense/readings/d%d" % d,
              500.0 + s) for s in range(10) for d in (1, 2)]
     results = [(0, {"first_row": 1, "last_row": 8, "n": 8, "presumed_rows": [2, 5], "candidate_rows": [5, 7],
@@ -151,6 +158,10 @@ def _schema_1(url: str) -> None:
         conn = sqlite3.connect(url[len("sqlite:///"):])
         for statement in backend._ANALYST_SQL[:-len(SQLITE_V2)]:
             conn.execute(statement)
+        conn.execute("DROP TABLE dead_letters")
+        conn.execute(_OLD_DEAD_LETTERS % ("INTEGER", "BLOB", "BLOB"))
+        conn.executemany("INSERT INTO dead_letters (topic, payload, reason, received_at, digest)"
+                         " VALUES (?, ?, ?, ?, ?)", dead)
         conn.executemany(insert + "(?, ?, ?, ?, ?, ?, ?, ?)", rows)
         conn.executemany("INSERT INTO results VALUES (?, ?)", [(i, json.dumps(p)) for i, p in results])
         conn.execute("PRAGMA application_id = %d" % backend._APPLICATION_IDS["analyst"])
@@ -167,9 +178,37 @@ def _schema_1(url: str) -> None:
         conn.execute("INSERT INTO dpsense_schema VALUES ('analyst', 1)")
         for statement in pg._ANALYST_SQL[:-len(POSTGRES_V2)]:
             conn.execute(statement)
+        conn.execute("DROP TABLE dead_letters")
+        conn.execute(_OLD_DEAD_LETTERS % ("bigint GENERATED ALWAYS AS IDENTITY", "bytea", "bytea"))
         with conn.cursor() as cur:
+            cur.executemany("INSERT INTO dead_letters (topic, payload, reason, received_at, digest)"
+                            " VALUES (%s, %s, %s, %s, %s)", dead)
             cur.executemany(insert + "(%s, %s, %s, %s, %s, %s, %s, %s)", rows)
             cur.executemany("INSERT INTO results VALUES (%s, %s::jsonb)", [(i, json.dumps(p)) for i, p in results])
+
+
+def _old_digest(topic: str, reason: str, payload: bytes) -> bytes:
+    h = hashlib.sha256()
+    for part in (topic.encode(), reason.encode()):
+        h.update(len(part).to_bytes(4, "little"))
+        h.update(part)
+    h.update(payload)
+    return h.digest()
+
+
+def test_an_old_store_s_dead_letters_keep_a_prefix_and_count_repeats_after_the_upgrade(
+        new_url: Callable[[], str]) -> None:
+    from dpsense.cloud.storage import DeadLetter
+    big = bytes(range(256)) * 4096                       # 1 MiB kept whole before schema 3
+    url = new_url()
+    _schema_1(url, [("dpsense/readings/d3", big, "malformed: x", 5.0, _old_digest("dpsense/readings/d3",
+                                                                                   "malformed: x", big))])
+    with open_analyst_store(url) as store:
+        (d,) = store.dead_letters()
+        assert (d.payload, d.size, d.sha256, d.repeats) == (big[:256], len(big), hashlib.sha256(big).digest(), 1)
+        store.add_batch([], [DeadLetter("dpsense/readings/d3", big, "malformed: x", 9.0)])
+        (d,) = store.dead_letters()
+        assert (d.repeats, d.received_at, store.dead_letter_count()) == (2, 5.0, 1)
 
 
 def test_a_schema_1_store_is_upgraded_with_its_windows(new_url: Callable[[], str]) -> None:

@@ -242,3 +242,45 @@ def test_correction_server_stopped_mid_stream_holds_windows_until_it_is_back(sta
     status = _dpsense(stack, "status")
     assert "0 readings without a correction record, 0 correction records without a reading" in status
     assert "0 held after a failed round" in status
+
+
+def test_readings_of_1_and_16_columns_among_2_are_set_apart_and_the_analyst_keeps_running(
+        stack: Stack, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 15: the protocol allows 1..16 columns; a board publishing readings of 1 and 16
+    columns into its group's windows of 2-column readings neither stops the analyst nor is scored."""
+    from dpsense.protocol import wire
+    assert main(["broker", "add-device", "11", "--group", "hall-a", *stack.common]) == 0
+    capsys.readouterr()
+    name, password = stack.broker.add_device(11)       # a password this test knows
+    stack.broker.reload()
+    sim = stack.simulate(16)
+    odd = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=name, protocol=mqtt.MQTTv311)
+    odd.username_pw_set(name, password)
+    odd.connect(stack.broker.host, stack.broker.port)
+    odd.loop_start()
+    try:
+        time.sleep(2)
+        for s in range(12):
+            values = [7] if s % 2 else list(range(16))
+            token = bytes([11, s, 0, 0, 0, 0, 0, 9])
+            info = odd.publish(topics.READINGS % name, wire.encode_reading(11, 999, s, token, 1, values), qos=1)
+            info.wait_for_publish(10)
+            assert info.is_published()
+            time.sleep(0.5)
+    finally:
+        odd.loop_stop()
+        odd.disconnect()
+    assert sim.wait(90) == 0, stack.log("simulate")
+    assert _wait(stack.settled, 60), stack.log("analyst")
+    assert stack.procs["analyst"].poll() is None, stack.log("analyst")
+    with stack.store() as s:
+        windows = s.windows()
+        apart = s.set_apart_by_device()
+        odd_rows = {row for row, r in s.readings_after(0, 10 ** 6) if len(r.values) != 2}
+        scored = {v.row_id for v in s.verdicts(candidates_only=False)}
+        members = {row for w in windows for row in s.window_members(w.id).row_ids.tolist()}
+    assert len(odd_rows) == 12 and apart == {11: 12}
+    assert all(w.state == "done" for w in windows) and sum(w.candidates or 0 for w in windows) > 0
+    assert not odd_rows & scored and not odd_rows & members
+    assert "set apart" in stack.log("analyst")
+    assert "device 11: 12" in _dpsense(stack, "status")

@@ -298,6 +298,8 @@ def test_session_reports_a_refusal_at_start_and_logs_later_losses():
 class FakeStore:
     """``add_batch`` raises the queued errors first, then stores."""
 
+    last_conflicts = 0
+
     def __init__(self, *errors: BaseException, forever: BaseException | None = None) -> None:
         self.errors = list(errors)
         self.forever = forever
@@ -436,3 +438,20 @@ def test_a_bad_stimulus_line_stops_the_board_with_file_and_line(tmp_path):
     _no_traceback(out)
     assert r.returncode == 2, out
     assert out.strip().splitlines()[-1] == "stimulus error: readings.txt:3: 'x4' is not an integer", out
+
+
+def test_conflicting_duplicates_are_counted_as_dead_letters_not_duplicates():
+    """Issue 15: the ingest's counters agree with the store's (and so with `dpsense status`)."""
+    from dpsense.cloud.storage import open_correction_store
+    from dpsense.protocol import wire
+    with open_correction_store("sqlite://") as store:
+        svc, _ = _ingest(store)
+        assert svc.process(_batch(5), threading.Event()) is True
+        again = _batch(5)[:3]                                     # 3 true duplicates
+        changed = [_Msg("dpsense/corrections", wire.encode_correction(i.to_bytes(8, "little"), 99), 0, 0, 1, 0.0)
+                   for i in (4, 5)]                               # 2 conflicting duplicates
+        bad = [_Msg("dpsense/corrections", b"\x01", 0, 0, 1, 0.0)] * 4     # 4 identical bad payloads
+        assert svc.process(again + changed + bad, threading.Event()) is True
+        s = svc.stats
+        assert (s.received, s.stored, s.duplicates, s.dead) == (14, 5, 3, 6)
+        assert (store.dead_letter_messages(), store.dead_letter_count()) == (6, 3)
