@@ -27,7 +27,7 @@ from typing import Callable
 
 from dpsense.cloud.dashboard.data import StoreSource
 from dpsense.cloud.storage import AnalystStore, DeviceStatus, Reading, Verdict, open_analyst_store
-from dpsense.cloud.storage.stream import WindowOutcome
+from dpsense.cloud.storage.records import WindowOutcome
 
 DEVICES = 10
 

@@ -49,7 +49,7 @@ from dpsense.cloud.profile import DeviceProfile
 from dpsense.cloud.session import Session
 from dpsense.cloud.results import iso_time
 from dpsense.cloud.storage import AnalystStore, Verdict, WindowRecord
-from dpsense.cloud.storage.stream import Members, WindowOutcome
+from dpsense.cloud.storage.records import Members, WindowOutcome
 from dpsense.cloud.windows import WindowSpec, min_window_size, support
 
 DETECTORS = ("dbscan", "kr", "beta_r")

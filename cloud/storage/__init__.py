@@ -25,7 +25,8 @@ from .repository import (
     StorageUnavailable,
     Window,
 )
-from .stream import DEFAULT_GROUP, DeviceStatus, Event, Verdict, WindowRecord
+from .records import DeviceStatus, Event, Verdict, WindowRecord
+from .stream import DEFAULT_GROUP
 
 __all__ = [
     "CONFLICTING_DUPLICATE", "DEFAULT_GROUP", "AnalystStore", "Correction", "CorrectionStore", "DeadLetter",

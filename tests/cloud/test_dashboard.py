@@ -19,7 +19,7 @@ from dpsense.cloud import cli, results
 from dpsense.cloud.dashboard.data import RATE_WINDOW_S, StoreSource
 from dpsense.cloud.dashboard.server import DashboardServer, is_loopback
 from dpsense.cloud.storage import DeadLetter, DeviceStatus, Reading, StorageError, Verdict, open_analyst_store
-from dpsense.cloud.storage.stream import WindowOutcome
+from dpsense.cloud.storage.records import WindowOutcome
 
 NOW = 1_700_000_000.0
 

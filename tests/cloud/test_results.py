@@ -25,7 +25,7 @@ from dpsense.cloud.storage import (
     open_analyst_store,
     open_correction_store,
 )
-from dpsense.cloud.storage.stream import WindowOutcome
+from dpsense.cloud.storage.records import WindowOutcome
 from dpsense.cloud.windows import WindowSpec, min_window_size, parse_window
 
 

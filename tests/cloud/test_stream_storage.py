@@ -21,7 +21,7 @@ from dpsense.cloud.storage import (
     open_analyst_store,
     open_correction_store,
 )
-from dpsense.cloud.storage.stream import WindowOutcome
+from dpsense.cloud.storage.records import WindowOutcome
 
 _NUMBERS = itertools.count()
 

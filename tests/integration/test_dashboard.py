@@ -36,7 +36,7 @@ from dpsense.cloud.datasets import paper1_synthetic
 from dpsense.cloud.profile import calibrate
 from dpsense.cloud.simulate import Encoded, FleetEncoder, FleetPublisher
 from dpsense.cloud.storage import Reading, Verdict, open_analyst_store
-from dpsense.cloud.storage.stream import WindowOutcome
+from dpsense.cloud.storage.records import WindowOutcome
 from tests.integration.procs import stop
 
 ROOT = Path(__file__).resolve().parents[2]
