@@ -16,14 +16,15 @@ and is retried with a growing delay. Only a completed round stores the window's 
 While nothing arrives, a poll costs one index lookup (the newest row id) and a clock check: the
 number of pending readings per group is kept in memory, counted from the rows that arrived
 since the last poll. The analyst sees only released values (quanta) and tokens; it learns d_TP,
-w_O, FP and FN (mode ``paper``) or R (mode ``bands``) from the correction server, never a
-distance difference. In mode paper a window whose O' already holds about the expected share of
+w_O, FP and FN (mode ``paper``) or R (mode ``bands``) from the correction server, or computes
+R with it under garbled circuits (mode ``secure``), never a distance difference. In mode paper a window whose O' already holds about the expected share of
 outliers gets no round (``rules.needs_round``): R = O'. A round needs the provisioned centre
 (and in mode bands the band width), which the profile gives: an analyst started before
 profile.json exists holds its windows until it does (the log and the status say so).
 """
 from __future__ import annotations
 
+import base64
 import collections
 import queue
 import sys
@@ -38,9 +39,11 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from dpsense.cloud import topics
 from dpsense.cloud.alerts import Alerts
+from dpsense.cloud.correction import fragments
 from dpsense.cloud.correction import messages as msg
 from dpsense.cloud.correction.bands import make_bands
 from dpsense.cloud.correction.rules import needs_round, reduce_rows
+from dpsense.cloud.correction.secure import BITS, Evaluator
 from dpsense.cloud.errors import RoundError
 from dpsense.cloud.ingest.service import Connection
 from dpsense.cloud.outliers.dbscan import DBSCANOutliers
@@ -69,7 +72,7 @@ class AnalystParams:
     are missing is held for up to ``max_hold`` seconds after the window closed, then
     completed without them (and the status says so).
 
-    ``mode`` is the correction protocol (``paper`` or ``bands``, whose bands are
+    ``mode`` is the correction protocol (``paper``, ``secure`` or ``bands``, whose bands are
     ``band_width_q`` wide; 0 = the profile's, once there is one). Distances are measured
     from the provisioned ``centre_q``, the point the boards' d_diff refers to (None = the
     profile's, once there is one): until it is known, no round runs and the window is held.
@@ -189,6 +192,7 @@ class Analyst:
         self._stop = threading.Event()
         self._next_round = 1
         self._flow = _Flow()
+        self._reassembler = fragments.Reassembler()
         # Clean session: an answer to a round of an earlier run is of no use, and the loop
         # starts every round afresh (with a new round id) after a restart.
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=True,
@@ -209,8 +213,11 @@ class Analyst:
             client.subscribe(topics.ROUND_TO_ANALYST, qos=1)
 
     def _on_message(self, client: mqtt.Client, userdata: Any, m: mqtt.MQTTMessage) -> None:
+        whole = self._reassembler.feed(bytes(m.payload))
+        if whole is None:
+            return
         try:
-            self._q.put(msg.decode(bytes(m.payload)))
+            self._q.put(msg.decode(whole))
         except msg.RoundError as e:
             self.log("analyst: ignored round message: %s" % e)
 
@@ -282,6 +289,33 @@ class Analyst:
         r = np.union1d(cand, np.intersect1d(presumed, msg.positions(res, "unknown", n)))
         return r, np.setdiff1d(presumed, r), np.setdiff1d(r, presumed), res
 
+    def _secure_round(self, rid: int, tokens: list[bytes], presumed: np.ndarray, dist: np.ndarray,
+                      n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Mode secure: base OTs, the IKNP matrix out, the garbled comparison back; A decodes R.
+        Rows without a correction record keep O'."""
+        evaluator = Evaluator(dist)
+        publish = self._client.publish
+        fragments.publish(publish, topics.ROUND_TO_CS, msg.encode(
+            "secure-open", rid, tokens=msg.tokens_field(tokens), bits=BITS,
+            a=base64.b64encode(evaluator.open()).decode()))
+        base = self._await(rid, "secure-base")
+        unknown = msg.positions(base, "unknown", n)
+        try:
+            u = evaluator.extend(self._blob(base))
+            fragments.publish(publish, topics.ROUND_TO_CS, msg.encode_blob("secure-ext", rid, u))
+            cand = evaluator.finish(self._blob(self._await(rid, "secure-garbled")))
+        except ValueError as e:
+            raise msg.RoundError("mode secure: %s" % e) from None
+        r = np.union1d(cand, np.intersect1d(presumed, unknown))
+        return r, np.setdiff1d(presumed, r), np.setdiff1d(r, presumed), {"missing": base.get("missing")}
+
+    @staticmethod
+    def _blob(body: dict[str, Any]) -> bytes:
+        blob = body.get("blob")
+        if not isinstance(blob, bytes):
+            raise msg.RoundError("%s carries no binary part" % body["step"])
+        return blob
+
     def _fits(self) -> tuple[int | None, int | None]:
         """The column count and configuration a scored reading must have: the profile's when
         known (its centre has one value per column), else None (the window's majority, any)."""
@@ -352,6 +386,8 @@ class Analyst:
             store.start_attempt(w.id, rid)
             if p.mode == "bands":
                 r, fp, fn, res = self._bands_round(rid, m.tokens, presumed, dist, n)
+            elif p.mode == "secure":
+                r, fp, fn, res = self._secure_round(rid, m.tokens, presumed, dist, n)
             else:
                 r, fp, fn, split, res = self._paper_round(rid, m.tokens, presumed, dist, n)
         detect_s, round_s = round(t_detect, 4), round(time.perf_counter() - t1, 4)

@@ -274,9 +274,10 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
                    help="seconds after a window closed during which a round that lacks correction records is "
                         "retried rather than completed without them (default 600)")
     p.add_argument("--webhook", help="POST each window's new candidates as JSON to this http(s) URL")
-    p.add_argument("--correction-mode", choices=("paper", "bands"), default="bands",
-                   help="correction round: paper (Böhler et al. 2017, Sect. 6 messages) or bands (radial index sets; "
-                        "default); the correction server must run the same mode")
+    p.add_argument("--correction-mode", choices=("paper", "bands", "secure"), default="bands",
+                   help="correction round: paper (Böhler et al. 2017, Sect. 6 messages), bands (radial index sets; "
+                        "default) or secure (garbled circuits, reveals only R; raise --round-timeout for large "
+                        "windows); the correction server must run the same mode")
     p.add_argument("--band-width", type=float,
                    help="mode bands: band width in data units (default: profile.json; until it exists, "
                         "windows are held)")
@@ -352,7 +353,7 @@ def parser_correction(p: argparse.ArgumentParser) -> None:
     p.epilog = examples("dpsense correction-server",
                         "dpsense correction-server --correction-mode paper --split gap --w-o 1500")
     p.add_argument("--w-o", type=float, help="outlier-layer width in quanta (default: profile.json)")
-    p.add_argument("--correction-mode", choices=("paper", "bands"), default="bands",
+    p.add_argument("--correction-mode", choices=("paper", "bands", "secure"), default="bands",
                    help="the one round mode this server answers (default bands); others get an error reply")
     p.add_argument("--split", choices=("noise", "otsu", "trimmed_gap", "gap"), default="noise",
                    help="mode paper: FP/TP split rule; noise (default) is the never-worse rule with the "
@@ -376,10 +377,10 @@ def do_correction(args: argparse.Namespace) -> int:
     noise = args.split == "noise"
     # Mode bands and the never-worse split need the relaxed sensitivities and epsilon (the
     # normal radius, the noise scale), which only the profile gives.
-    needs_profile = args.correction_mode == "bands" or noise
+    needs_profile = args.correction_mode in ("bands", "secure") or noise
     path = st.data_dir / "profile.json"
-    if args.correction_mode == "bands":
-        waiting = "the normal radius is not known yet (mode bands takes it from %s)" % path
+    if args.correction_mode in ("bands", "secure"):
+        waiting = "the normal radius is not known yet (mode %s takes it from %s)" % (args.correction_mode, path)
     elif noise:
         waiting = ("w_O, the noise scale and the normal radius are not known yet (the never-worse split takes "
                    "them from %s)" % path)

@@ -19,6 +19,15 @@ Mode ``bands`` (cloud/correction/bands.py):
                         its rows as positions
     CS -> A  result     R (positions) and the positions without a correction record
 
+Mode ``secure`` (cloud/correction/secure.py; binary parts follow the JSON header after a
+newline, and messages above 64 KiB travel as fragments, cloud/correction/fragments.py):
+
+    A -> CS  secure-open     tokens, bits, a: A's base-OT element (256 bytes, base64)
+    CS -> A  secure-base     the positions without a correction record; binary: 128 base-OT replies
+    A -> CS  secure-ext      binary: the IKNP matrix u (128 x 32 n bits)
+    CS -> A  secure-garbled  binary: OT corrections y, CS's input labels, the garbled gates
+                             and the output decode bits; A decodes R itself
+
 Nothing else crosses: no values, no d_diff, no device identity (tokens are random).
 docs/protocol.md lists the fields.
 """
@@ -34,10 +43,11 @@ import numpy as np
 from dpsense.cloud.errors import RoundError
 from dpsense.protocol.layout import TOKEN_SIZE
 
-STEPS = ("presumed", "split", "rows", "bands", "result", "error")
-MODES = ("paper", "bands")
+STEPS = ("presumed", "split", "rows", "bands", "result", "error",
+         "secure-open", "secure-base", "secure-ext", "secure-garbled")
+MODES = ("paper", "bands", "secure")
 #: The step that opens a round of each mode.
-OPENING = {"paper": "presumed", "bands": "bands"}
+OPENING = {"paper": "presumed", "bands": "bands", "secure": "secure-open"}
 
 
 def encode(step: str, round_id: int, **fields: Any) -> bytes:
@@ -55,13 +65,25 @@ def encode(step: str, round_id: int, **fields: Any) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+def encode_blob(step: str, round_id: int, blob: bytes, **fields: Any) -> bytes:
+    """A JSON header, a newline, then binary ``blob`` (mode secure's large parts)."""
+    return encode(step, round_id, **fields) + b"\n" + blob
+
+
 def decode(payload: bytes) -> dict[str, Any]:
+    """A round message; the binary part after a JSON header's newline, if any, is ``body["blob"]``."""
+    blob = None
+    cut = payload.find(b"\n")            # compact JSON holds no raw newline
+    if cut >= 0:
+        payload, blob = payload[:cut], payload[cut + 1:]
     try:
         body = json.loads(payload)
     except (ValueError, UnicodeDecodeError) as e:
         raise RoundError("not JSON: %s" % e) from None
     if not isinstance(body, dict) or body.get("step") not in STEPS or not isinstance(body.get("round"), int):
         raise RoundError("missing or invalid step/round")
+    if blob is not None:
+        body["blob"] = blob
     return body
 
 

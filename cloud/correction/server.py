@@ -1,7 +1,7 @@
 """The correction server's side of a round: lines 3 and 5 of the correction protocol (Böhler et al. 2017, Sect. 6), or mode bands, over MQTT.
 
 It holds (token, d_diff) pairs in its own store and answers the analyst's round
-messages in the one mode it runs (``paper`` or ``bands``). A window row whose
+messages in the one mode it runs (``paper``, ``bands`` or ``secure``). A window row whose
 correction record has not arrived is left out of every decision: a presumed outlier
 without d_diff stays a true positive (the paper never drops a true positive without
 evidence), such a row is never proposed as a false negative, and in mode bands it is
@@ -16,6 +16,7 @@ never works through a backlog of abandoned rounds.
 """
 from __future__ import annotations
 
+import base64
 import queue
 import sys
 import threading
@@ -28,9 +29,11 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from dpsense.cloud import topics
+from dpsense.cloud.correction import fragments
 from dpsense.cloud.correction import messages as msg
 from dpsense.cloud.correction.bands import Bands, band_candidates, lower_edges
 from dpsense.cloud.correction.rules import CorrectionParams, RowReduction, Split, false_negatives, split_presumed
+from dpsense.cloud.correction.secure import BITS, Garbler
 from dpsense.cloud.errors import UsageError
 from dpsense.cloud.ingest.service import Connection
 from dpsense.cloud.session import Session
@@ -52,8 +55,8 @@ def check_mode(mode: str, params: CorrectionParams) -> None:
     ValueError, if not)."""
     if mode not in msg.MODES:
         raise UsageError("correction mode must be one of %s, got %r" % (msg.MODES, mode))
-    if mode == "bands" and not params.normal_radius > 0:
-        raise UsageError("correction mode bands needs a normal radius > 0")
+    if mode in ("bands", "secure") and not params.normal_radius > 0:
+        raise UsageError("correction mode %s needs a normal radius > 0" % mode)
 
 
 class CorrectionRounds:
@@ -67,6 +70,7 @@ class CorrectionRounds:
         self.grace = grace
         self.mode = mode
         self._rounds: dict[int, _Round] = {}
+        self._secure: dict[int, tuple[float, Garbler]] = {}
 
     def _lookup_all(self, tokens: list[bytes]) -> dict[bytes, int]:
         # Correction records travel separately from readings and may trail them a little.
@@ -90,6 +94,10 @@ class CorrectionRounds:
                 return self._rows(rid, body)
             if body["step"] == "bands":
                 return self._bands(rid, body)
+            if body["step"] == "secure-open":
+                return self._secure_open(rid, body)
+            if body["step"] == "secure-ext":
+                return self._secure_ext(rid, body)
         except msg.RoundError as e:
             return msg.encode("error", rid, reason=str(e))
         return None
@@ -147,10 +155,48 @@ class CorrectionRounds:
         unknown = np.setdiff1d(np.arange(n, dtype=np.intp), known)
         return msg.encode("result", rid, r=r, unknown=unknown, missing=int(unknown.size))
 
+    def _secure_open(self, rid: int, body: dict[str, Any]) -> bytes:
+        """Mode secure, step 1: look up d_diff, answer A's base-OT element with the 128 replies."""
+        tokens = msg.tokens_of(body)
+        n = len(tokens)
+        if body.get("bits") != BITS:
+            raise msg.RoundError("mode secure compares %d-bit values, the analyst sent bits=%r" % (BITS, body.get("bits")))
+        try:
+            a_pub = base64.b64decode(body.get("a", ""), validate=True)
+        except (ValueError, TypeError) as e:
+            raise msg.RoundError("bad base-OT element: %s" % e) from None
+        found = self._lookup_all(tokens)
+        known = np.array([i for i, t in enumerate(tokens) if t in found], dtype=np.intp)
+        d_known = np.array([found[tokens[i]] for i in known], dtype=float)
+        try:
+            garbler = Garbler(d_known, known, n, self.params.normal_radius)
+            replies = garbler.base_reply(a_pub)
+        except ValueError as e:
+            raise msg.RoundError(str(e)) from None
+        self._secure[rid] = (time.monotonic(), garbler)
+        self._forget_old()
+        unknown = np.setdiff1d(np.arange(n, dtype=np.intp), known)
+        return msg.encode_blob("secure-base", rid, replies, unknown=unknown, missing=int(unknown.size))
+
+    def _secure_ext(self, rid: int, body: dict[str, Any]) -> bytes:
+        """Mode secure, step 2: from A's IKNP matrix, the garbled comparison of every row."""
+        entry = self._secure.pop(rid, None)
+        if entry is None:
+            raise msg.RoundError("round %d has no base OTs (restarted server?); start it again" % rid)
+        blob = body.get("blob")
+        if not isinstance(blob, bytes):
+            raise msg.RoundError("secure-ext carries no IKNP matrix")
+        try:
+            return msg.encode_blob("secure-garbled", rid, entry[1].garble(blob))
+        except ValueError as e:
+            raise msg.RoundError(str(e)) from None
+
     def _forget_old(self, max_age: float = 600.0) -> None:
         now = time.monotonic()
         for rid in [k for k, v in self._rounds.items() if now - v.started > max_age]:
             del self._rounds[rid]
+        for rid in [k for k, v in self._secure.items() if now - v[0] > max_age]:
+            del self._secure[rid]
 
 
 class CorrectionServer:
@@ -181,13 +227,19 @@ class CorrectionServer:
         conn.apply(c)
         c.on_connect = self._on_connect
         c.on_disconnect = lambda cl, u, flags, reason, props: self.session.lost(reason)
-        c.on_message = lambda cl, u, m: self._q.put(bytes(m.payload))
+        self._reassembler = fragments.Reassembler()
+        c.on_message = self._on_message
         self._client = c
         self.rounds_done = 0
 
     def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
         if self.session.accepted(reason):
             client.subscribe(topics.ROUND_TO_CS, qos=1)
+
+    def _on_message(self, client: mqtt.Client, userdata: Any, m: mqtt.MQTTMessage) -> None:
+        whole = self._reassembler.feed(bytes(m.payload))
+        if whole is not None:
+            self._q.put(whole)
 
     def _rounds(self, lookup: Callable[[list[bytes]], dict[bytes, int]]) -> CorrectionRounds | None:
         """The round logic once the parameters are known (None until then)."""
@@ -227,8 +279,8 @@ class CorrectionServer:
                         continue
                 reply = rounds.handle(body)
                 if reply is not None:
-                    self._client.publish(topics.ROUND_TO_ANALYST, reply, qos=1)
-                    if body["step"] in ("rows", "bands"):
+                    fragments.publish(self._client.publish, topics.ROUND_TO_ANALYST, reply)
+                    if body["step"] in ("rows", "bands", "secure-ext"):
                         self.rounds_done += 1
                         self.log("correction server: round %d answered" % body["round"])
         finally:

@@ -168,10 +168,15 @@ class _Loop:
     """The broker: the analyst's round messages go to the correction server's logic and back."""
 
     def __init__(self, analyst, rounds):
+        from dpsense.cloud.correction.fragments import Reassembler
         self.analyst, self.rounds = analyst, rounds
+        self._in = Reassembler()
 
     def publish(self, topic, payload, qos=0):
-        reply = self.rounds.handle(msg.decode(payload))
+        whole = self._in.feed(payload)
+        if whole is None:
+            return
+        reply = self.rounds.handle(msg.decode(whole))
         if reply is not None:
             self.analyst._q.put(msg.decode(reply))
 
@@ -203,7 +208,7 @@ def _analyst(params, client, profile=None):
     return a
 
 
-@pytest.mark.parametrize("mode", ["paper", "bands"])
+@pytest.mark.parametrize("mode", ["paper", "bands", "secure"])
 def test_analyst_window_round_in_each_mode(mode):
     from dpsense.cloud.analyst import AnalystParams
     xp, tokens, table, c, outlier = _fleet()
@@ -217,9 +222,9 @@ def test_analyst_window_round_in_each_mode(mode):
     assert store.window_record(w.id).state == "done" and res["round"] == 1
     cand = np.zeros(len(tokens), dtype=bool)
     cand[np.asarray(res["candidate_rows"]) - 1] = True
-    # Every outlier is 400+ quanta out, every normal row within 5 (rho = 8): mode bands
-    # finds exactly the outliers; mode paper keeps O' and adds only abnormal rows.
-    if mode == "bands":
+    # Every outlier is 400+ quanta out, every normal row within 5 (rho = 8): modes bands and
+    # secure find exactly the outliers; mode paper keeps O' and adds only abnormal rows.
+    if mode in ("bands", "secure"):
         assert np.array_equal(cand, outlier)
     else:
         presumed = np.zeros(len(tokens), dtype=bool)
