@@ -1,7 +1,8 @@
 """Time of each correction mode on 100,000-record windows, next to numpy.sort of the same n.
 
-    python bench/correction.py            # about 1-2 min (windows are built with DBSCAN)
+    python bench/correction.py            # about 1-2 min (windows are built with DBSCAN), then mode secure
     python bench/correction.py --quick    # fewer repetitions
+    python bench/correction.py --secure-only --secure-n 100000   # only mode secure
 
 Each window is paper 1's synthetic data (separation 400, ``scale`` generator, seed 1)
 perturbed with discrete Laplace noise at epsilon 0.1, 0.5 and 1, with everything the
@@ -13,6 +14,15 @@ window. Only the correction logic is timed, in-process, both parties in one proc
 * mode paper, never-worse rule: ``run_protocol`` with the noise split and provable layers;
 * mode bands: ``make_bands`` (analyst) and ``lower_edges`` + ``band_candidates``
   (correction server).
+
+* mode secure (cloud/correction/secure.py): once in-process, step by step (base OTs, the
+  analyst's IKNP matrix, the correction server's OT answers and garbling, the analyst's
+  evaluation), and once end to end over MQTT: a Mosquitto started by the bench
+  (cloud/broker.py, the services' accounts and ACLs), the correction server's
+  ``CorrectionServer`` loop in a thread (its store replaced by the window's d_diff table) and
+  the analyst's ``_secure_round`` on its own paho client, every message at most 64 KiB.
+  Its cost does not depend on epsilon, only on n; it runs on the epsilon 0.1 window and its
+  R is checked against the plaintext predicate.
 
 The baseline, ``numpy.sort`` of 100,000 random floats, is timed in the same process so
 the ratios carry over between machines. The table also gives the size of the JSON
@@ -29,7 +39,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dpsense.cloud.correction import fragments
 from dpsense.cloud.correction import messages as msg
+from dpsense.cloud.correction import secure
 from dpsense.cloud.correction.bands import band_candidates, lower_edges, make_bands
 from dpsense.cloud.correction.rules import reduce_rows, run_protocol
 from dpsense.cloud.datasets import paper1_synthetic
@@ -87,10 +99,139 @@ def message_bytes(w: dict[str, object], tokens: str) -> tuple[int, int]:
     return sum(len(m) for m in paper), sum(len(m) for m in band_msgs)
 
 
+def secure_in_process(d: np.ndarray, dist: np.ndarray, rho: float) -> tuple[dict[str, float], int, np.ndarray]:
+    """Mode secure, both parties in this process: seconds per step, bytes that cross, R."""
+    steps: dict[str, float] = {}
+
+    def timed(name: str, fn: Callable[[], bytes]) -> bytes:
+        t0 = time.perf_counter()
+        out = fn()
+        steps[name] = steps.get(name, 0.0) + time.perf_counter() - t0
+        return out
+
+    a = secure.Evaluator(dist)
+    cs = secure.Garbler(d, np.arange(d.size), d.size, rho)
+    opening = timed("base OTs", a.open)
+    replies = timed("base OTs", lambda: cs.base_reply(opening))
+    u = timed("A: IKNP matrix", lambda: a.extend(replies))
+    garbled = timed("CS: OT answers + garbling", lambda: cs.garble(u))
+    r = np.empty(0, dtype=np.intp)
+
+    def finish() -> bytes:
+        nonlocal r
+        r = a.finish(garbled)
+        return b""
+
+    timed("A: evaluation", finish)
+    return steps, len(opening) + len(replies) + len(u) + len(garbled), r
+
+
+class _Table:
+    """The correction server's store, reduced to the window's (token, d_diff) pairs."""
+
+    def __init__(self, table: dict[bytes, int]) -> None:
+        self.table = table
+
+    def lookup(self, tokens: list[bytes]) -> dict[bytes, int]:
+        return {t: self.table[t] for t in tokens if t in self.table}
+
+    def close(self) -> None:
+        pass
+
+
+def secure_over_mqtt(d: np.ndarray, dist: np.ndarray, rho: float, presumed: np.ndarray,
+                     rounds: int) -> tuple[list[float], int, int, np.ndarray]:
+    """Mode secure end to end over a Mosquitto started here: seconds per round, bytes and
+    MQTT messages of one round (both directions, fragments counted), and R."""
+    import tempfile
+    import threading
+    from pathlib import Path
+
+    from dpsense.cloud.analyst import Analyst, AnalystParams
+    from dpsense.cloud.broker import Broker, free_port
+    from dpsense.cloud.correction.rules import CorrectionParams
+    from dpsense.cloud.correction.server import CorrectionServer
+    from dpsense.cloud.ingest.service import Connection
+
+    rng = np.random.default_rng(7)
+    tokens = [rng.bytes(msg.TOKEN_SIZE) for _ in range(d.size)]
+    table = dict(zip(tokens, (int(x) for x in d)))
+    tmp = Path(tempfile.mkdtemp(prefix="dpsense-bench-secure-"))
+    broker = Broker(tmp, port=free_port())
+    pw_a, pw_c = broker.add_account("analyst"), broker.add_account("correction")
+    sizes: list[int] = []
+    with broker.running():
+        server = CorrectionServer(Connection(broker.host, broker.port, "correction", pw_c, "correction"),
+                                  CorrectionParams(w_o=0.0, normal_radius=rho), lambda: _Table(table),
+                                  log=lambda s: None, mode="secure")
+        stop = threading.Event()
+        th = threading.Thread(target=server.run, args=(stop,), daemon=True)
+        th.start()
+        analyst = Analyst(Connection(broker.host, broker.port, "analyst", pw_a, "analyst"), lambda: None,
+                          AnalystParams(eps_q=1.0, min_samples=1, mode="secure", round_timeout=900.0,
+                                        centre_q=(0.0, 0.0)), log=lambda s: None)
+        publish = analyst._client.publish
+
+        def counting(topic: str, payload: bytes, qos: int = 0) -> object:
+            sizes.append(len(payload))
+            return publish(topic, payload, qos=qos)
+
+        server_publish = server._client.publish
+
+        def counting_cs(topic: str, payload: bytes, qos: int = 0) -> object:
+            sizes.append(len(payload))
+            return server_publish(topic, payload, qos=qos)
+
+        analyst._client.publish = counting  # type: ignore[method-assign]
+        server._client.publish = counting_cs  # type: ignore[method-assign]
+        analyst.session.start(analyst._client)
+        time.sleep(1.0)                       # both subscriptions in place
+        took = []
+        r = np.empty(0, dtype=np.intp)
+        for k in range(rounds):
+            sizes.clear()
+            t0 = time.perf_counter()
+            r, _, _, _ = analyst._secure_round(k + 1, tokens, presumed, dist, d.size)
+            took.append(time.perf_counter() - t0)
+        stop.set()
+        th.join(10)
+        analyst._client.disconnect()
+        analyst._client.loop_stop()
+    if max(sizes) > fragments.LIMIT:
+        raise AssertionError("a round message of %d bytes exceeds the 64 KiB limit" % max(sizes))
+    return took, sum(sizes), len(sizes), r
+
+
+def secure_rows(w: dict[str, object], n: int, sort_ms: float, rounds: int) -> None:
+    d, dist, rho, presumed = w["d_diff"][:n], w["dist"][:n], w["rho"], w["presumed"]
+    presumed = presumed[presumed < n]
+    want = secure.candidates(d, dist, rho)
+    steps, nbytes, r = secure_in_process(d, dist, rho)
+    assert np.array_equal(r, want), "mode secure disagrees with its plaintext predicate"
+    total = sum(steps.values())
+    print("\nMode secure on %d rows (epsilon 0.1 window; |R| = %d, equal to the plaintext predicate)\n"
+          % (n, r.size))
+    print("| step (in-process, one run) | s | ÷ numpy.sort |")
+    print("|---|---:|---:|")
+    for name, sec in steps.items():
+        print("| %s | %.2f | %.0f |" % (name, sec, 1e3 * sec / sort_ms))
+    print("| total in-process | %.2f | %.0f |" % (total, 1e3 * total / sort_ms))
+    print("\nbytes between the parties: %.1f MB (%d per row)" % (nbytes / 1e6, nbytes // n))
+    took, mqtt_bytes, messages, r_mqtt = secure_over_mqtt(d, dist, rho, presumed, rounds)
+    assert np.array_equal(r_mqtt, np.union1d(want, np.empty(0, dtype=np.intp))), "R over MQTT differs"
+    print("\n| mode secure end to end over MQTT (Mosquitto, loopback) | s | ÷ numpy.sort | MB | MQTT messages |")
+    print("|---|---:|---:|---:|---:|")
+    for k, sec in enumerate(took):
+        print("| round %d | %.2f | %.0f | %.1f | %d |" % (k + 1, sec, 1e3 * sec / sort_ms, mqtt_bytes / 1e6, messages))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="20 repetitions instead of 100")
     ap.add_argument("--repeats", type=int, help="timed calls per cell (default 100, --quick 20)")
+    ap.add_argument("--secure-only", action="store_true", help="only the mode secure rows")
+    ap.add_argument("--secure-n", type=int, default=N, help="rows for mode secure (default %d)" % N)
+    ap.add_argument("--secure-rounds", type=int, default=1, help="rounds over MQTT (default 1)")
     args = ap.parse_args(argv)
     repeats = args.repeats or (20 if args.quick else 100)
     cfg = Paper1Config(n=N)
@@ -98,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     floats = rng.random(N)
     sort_ms, sort_p90 = median_ms(lambda: np.sort(floats), repeats)
+    if args.secure_only:
+        print("numpy.sort of %d floats: median %.3f ms (p90 %.3f ms)" % (N, sort_ms, sort_p90))
+        secure_rows(window(cfg, 0.1), min(args.secure_n, N), sort_ms, args.secure_rounds)
+        return 0
     tokens = msg.tokens_field([rng.bytes(msg.TOKEN_SIZE) for _ in range(N)])
 
     print("Correction modes on %d records, separation %g (median of %d calls; numpy %s, %s, Python %s)\n"
@@ -120,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         print("| %g | %d | %.2f | %.2f | %.2f | %.2f | %.2f (%.2f) | %.1f / %.1f / %.1f | %.0f / %.0f |"
               % (eps, presumed.size, recon, nw, a_ms, cs_ms, both, both_p90, recon / sort_ms, nw / sort_ms,
                  both / sort_ms, kb_paper / 1024, kb_bands / 1024))
+        if eps == 0.1:
+            w01 = w
+    secure_rows(w01, min(args.secure_n, N), sort_ms, args.secure_rounds)
     return 0
 
 

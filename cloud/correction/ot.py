@@ -65,12 +65,30 @@ def element_bytes(x: int) -> bytes:
     return x.to_bytes(ELEMENT_BYTES, "big")
 
 
+def jacobi(a: int, n: int) -> int:
+    """The Jacobi symbol (a / n) for odd n > 0 (binary algorithm, Cohen, Algorithm 1.4.10);
+    for prime n it is the Legendre symbol, 1 exactly for the nonzero quadratic residues."""
+    a %= n
+    result = 1
+    while a:
+        while not a & 1:
+            a >>= 1
+            if n & 7 in (3, 5):
+                result = -result
+        a, n = n, a
+        if a & 3 == 3 and n & 3 == 3:
+            result = -result
+        a %= n
+    return result if n == 1 else 0
+
+
 def element_of(b: bytes) -> int:
-    """A group element from the wire; ValueError unless it is a quadratic residue in [2, p - 2]."""
+    """A group element from the wire; ValueError unless it is a quadratic residue in [2, p - 2]
+    (for the safe prime p these form the order-q subgroup)."""
     if len(b) != ELEMENT_BYTES:
         raise ValueError("a group element is %d bytes" % ELEMENT_BYTES)
     x = int.from_bytes(b, "big")
-    if not 1 < x < P - 1 or pow(x, Q, P) != 1:
+    if not 1 < x < P - 1 or jacobi(x, P) != 1:
         raise ValueError("not an element of the order-q subgroup")
     return x
 

@@ -231,7 +231,7 @@ def run_secure(d_diff: object, dist: object, normal_radius: float, seed_a: bytes
     -----
     128 base OTs (about 2 x 128 modular exponentiations each side), then per row 32 OTs,
     32 AND gates (two AES-based hashes each for the evaluator, four for the garbler) and
-    ``32 x 16 x 6 + 16`` bytes on the wire (u and y 16 bytes per OT, CS's labels 16 per bit,
+    ``32 x 16 x 5 + 16`` bytes on the wire (u and y 16 bytes per OT, CS's labels 16 per bit,
     gates 32 per bit, the carry-in label).
     """
     d = np.asarray(d_diff, dtype=float)

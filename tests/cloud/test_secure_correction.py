@@ -125,6 +125,16 @@ def test_group_elements_from_the_wire_are_checked():
     assert ot.element_of(ot.element_bytes(4)) == 4
 
 
+def test_jacobi_agrees_with_euler_criterion():
+    rng = np.random.default_rng(10)
+    for _ in range(20):
+        x = int.from_bytes(rng.bytes(256), "big") % ot.P
+        assert ot.jacobi(x, ot.P) == (1 if pow(x, ot.Q, ot.P) == 1 else -1 if x else 0)
+    for n in (3, 5, 7, 11, 13, 97):              # small primes against the definition
+        squares = {k * k % n for k in range(1, n)}
+        assert [ot.jacobi(a, n) for a in range(n)] == [0] + [1 if a in squares else -1 for a in range(1, n)]
+
+
 def test_transpose_matches_bit_by_bit():
     cols = np.random.default_rng(0).integers(0, 256, (ot.KAPPA, 48), dtype=np.uint8)
     rows = ot.transpose(cols).view(np.uint8).reshape(-1, 16)
@@ -344,3 +354,29 @@ def test_base_ot_reply_does_not_depend_on_the_choice():
         return np.array([x & 1 for x in rcv.reply(a)])
 
     assert abs(low_bits(0).mean() - low_bits(1).mean()) < BOUND
+
+
+def test_secure_guarantee_on_board_made_windows():
+    """No reading within rho of c is a candidate; every reading farther than rho + 3 is one,
+    with d_diff as the boards compute it and any noise (heavy noise here: scale 40 quanta)."""
+    from dpsense.cloud.experiments.noise import discrete_laplace
+    from dpsense.protocol.distance import distance_difference
+    rng = np.random.default_rng(11)
+    c = np.array([300, -120])
+    rho = 12.5
+    for trial in range(1):                                 # each run pays for 128 base OTs
+        n = 1500
+        ang = rng.uniform(0, 2 * np.pi, n)
+        rad = rng.uniform(0, 60, n)                        # straddles rho and rho + 3
+        x = np.rint(c + rad[:, None] * np.c_[np.cos(ang), np.sin(ang)]).astype(np.int64)
+        xp = x + discrete_laplace(rng, 40.0, x.shape)
+        d = np.array([distance_difference(list(map(int, a)), list(map(int, b)), list(map(int, c)))
+                      for a, b in zip(x, xp)], dtype=float)
+        dist = np.linalg.norm(xp - c, axis=1)
+        raw = np.linalg.norm(x - c, axis=1)
+        r = run_secure(d, dist, rho, seed(trial, 12), seed(trial, 13)).r
+        member = np.zeros(n, dtype=bool)
+        member[r] = True
+        assert not member[raw <= rho].any()
+        assert member[raw > rho + 3].all()
+        assert (raw <= rho).any() and (raw > rho + 3).any()
