@@ -19,8 +19,9 @@ window. Only the correction logic is timed, in-process, both parties in one proc
   analyst's IKNP matrix, the correction server's OT answers and garbling, the analyst's
   evaluation), and once end to end over MQTT: a Mosquitto started by the bench
   (cloud/broker.py, the services' accounts and ACLs), the correction server's
-  ``CorrectionServer`` loop in a thread (its store replaced by the window's d_diff table) and
-  the analyst's ``_secure_round`` on its own paho client, every message at most 64 KiB.
+  ``CorrectionServer`` loop in a child process (its store replaced by the window's d_diff
+  table) and the analyst's ``_secure_round`` on its own paho client in this process, every
+  message at most 64 KiB.
   Its cost does not depend on epsilon, only on n; it runs on the epsilon 0.1 window and its
   R is checked against the plaintext predicate.
 
@@ -36,6 +37,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -139,18 +141,39 @@ class _Table:
         pass
 
 
+def _serve(host: str, port: int, password: str, table: dict[bytes, int], rho: float, ready: Any,
+           stop: Any) -> None:
+    """The correction server's loop, in its own process as in a deployment."""
+    import threading
+
+    from dpsense.cloud.correction.rules import CorrectionParams
+    from dpsense.cloud.correction.server import CorrectionServer
+    from dpsense.cloud.ingest.service import Connection
+
+    server = CorrectionServer(Connection(host, port, "correction", password, "correction"),
+                              CorrectionParams(w_o=0.0, normal_radius=rho), lambda: _Table(table),
+                              log=lambda s: None, mode="secure")
+
+    def announce() -> None:
+        server.session.up.wait(30)
+        time.sleep(0.5)                       # its subscription is sent on connect
+        ready.set()
+
+    threading.Thread(target=announce, daemon=True).start()
+    server.run(stop)
+
+
 def secure_over_mqtt(d: np.ndarray, dist: np.ndarray, rho: float, presumed: np.ndarray,
                      rounds: int) -> tuple[list[float], int, int, np.ndarray]:
-    """Mode secure end to end over a Mosquitto started here: seconds per round, bytes and
-    MQTT messages of one round (both directions, fragments counted), and R."""
+    """Mode secure end to end over a Mosquitto started here, the correction server in a child
+    process: seconds per round, bytes and MQTT messages of one round (both directions,
+    fragments counted, as the analyst sends and receives them), and R."""
+    import multiprocessing
     import tempfile
-    import threading
     from pathlib import Path
 
     from dpsense.cloud.analyst import Analyst, AnalystParams
     from dpsense.cloud.broker import Broker, free_port
-    from dpsense.cloud.correction.rules import CorrectionParams
-    from dpsense.cloud.correction.server import CorrectionServer
     from dpsense.cloud.ingest.service import Connection
 
     rng = np.random.default_rng(7)
@@ -160,43 +183,46 @@ def secure_over_mqtt(d: np.ndarray, dist: np.ndarray, rho: float, presumed: np.n
     broker = Broker(tmp, port=free_port())
     pw_a, pw_c = broker.add_account("analyst"), broker.add_account("correction")
     sizes: list[int] = []
+    ctx = multiprocessing.get_context("fork")
+    ready, stop = ctx.Event(), ctx.Event()
     with broker.running():
-        server = CorrectionServer(Connection(broker.host, broker.port, "correction", pw_c, "correction"),
-                                  CorrectionParams(w_o=0.0, normal_radius=rho), lambda: _Table(table),
-                                  log=lambda s: None, mode="secure")
-        stop = threading.Event()
-        th = threading.Thread(target=server.run, args=(stop,), daemon=True)
-        th.start()
+        child = ctx.Process(target=_serve, args=(broker.host, broker.port, pw_c, table, rho, ready, stop),
+                            daemon=True)
+        child.start()
         analyst = Analyst(Connection(broker.host, broker.port, "analyst", pw_a, "analyst"), lambda: None,
                           AnalystParams(eps_q=1.0, min_samples=1, mode="secure", round_timeout=900.0,
                                         centre_q=(0.0, 0.0)), log=lambda s: None)
-        publish = analyst._client.publish
+        publish, on_message = analyst._client.publish, analyst._on_message
 
-        def counting(topic: str, payload: bytes, qos: int = 0) -> object:
+        def counting(topic: str, payload: bytes, qos: int = 0) -> Any:
             sizes.append(len(payload))
             return publish(topic, payload, qos=qos)
 
-        server_publish = server._client.publish
-
-        def counting_cs(topic: str, payload: bytes, qos: int = 0) -> object:
-            sizes.append(len(payload))
-            return server_publish(topic, payload, qos=qos)
+        def counting_in(client: Any, userdata: Any, m: Any) -> None:
+            sizes.append(len(m.payload))
+            on_message(client, userdata, m)
 
         analyst._client.publish = counting  # type: ignore[method-assign]
-        server._client.publish = counting_cs  # type: ignore[method-assign]
+        analyst._client.on_message = counting_in
         analyst.session.start(analyst._client)
-        time.sleep(1.0)                       # both subscriptions in place
+        if not ready.wait(60):
+            raise RuntimeError("the correction server did not come up")
+        time.sleep(0.5)
         took = []
         r = np.empty(0, dtype=np.intp)
-        for k in range(rounds):
-            sizes.clear()
-            t0 = time.perf_counter()
-            r, _, _, _ = analyst._secure_round(k + 1, tokens, presumed, dist, d.size)
-            took.append(time.perf_counter() - t0)
-        stop.set()
-        th.join(10)
-        analyst._client.disconnect()
-        analyst._client.loop_stop()
+        try:
+            for k in range(rounds):
+                sizes.clear()
+                t0 = time.perf_counter()
+                r, _, _, _ = analyst._secure_round(k + 1, tokens, presumed, dist, d.size)
+                took.append(time.perf_counter() - t0)
+        finally:
+            stop.set()
+            child.join(20)
+            if child.is_alive():
+                child.terminate()
+            analyst._client.disconnect()
+            analyst._client.loop_stop()
     if max(sizes) > fragments.LIMIT:
         raise AssertionError("a round message of %d bytes exceeds the 64 KiB limit" % max(sizes))
     return took, sum(sizes), len(sizes), r
