@@ -63,7 +63,9 @@ class Prg:
 
     def labels(self, n: int) -> np.ndarray:
         """``n`` uniformly random 128-bit labels, shape ``(n, 2)``."""
-        return np.frombuffer(self.bytes(16 * n), dtype=_U64).reshape(n, 2).copy()
+        out = np.empty((n + 1, 2), dtype=_U64)
+        self._enc.update_into(memoryview(np.zeros((n, 2), dtype=_U64)).cast("B"), memoryview(out).cast("B"))
+        return out[:n]
 
     def bits(self, n: int) -> np.ndarray:
         """``n`` uniform bits as uint8 0/1."""
@@ -86,8 +88,12 @@ class FixedKeyHash:
         self._enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
 
     def pi(self, x: np.ndarray) -> np.ndarray:
-        out = self._enc.update(np.ascontiguousarray(x, dtype=_U64).tobytes())
-        return np.frombuffer(out, dtype=_U64).reshape(-1, 2)
+        x = np.ascontiguousarray(x, dtype=_U64)
+        n = x.shape[0]
+        # update_into writes in place; it asks for one block of room beyond the input.
+        out = np.empty((n + 1, 2), dtype=_U64)
+        self._enc.update_into(memoryview(x).cast("B"), memoryview(out).cast("B"))
+        return out[:n]
 
     def __call__(self, x: np.ndarray, tweaks: np.ndarray) -> np.ndarray:
         px = self.pi(x)
