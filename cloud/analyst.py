@@ -302,10 +302,16 @@ class Analyst:
         unknown = msg.positions(base, "unknown", n)
         try:
             u = evaluator.extend(self._blob(base))
-            fragments.publish(publish, topics.ROUND_TO_CS, msg.encode_blob("secure-ext", rid, u))
-            cand = evaluator.finish(self._blob(self._await(rid, "secure-garbled")))
+        except msg.RoundError:
+            raise
         except ValueError as e:
-            raise msg.RoundError("mode secure: %s" % e) from None
+            raise msg.RoundError("mode secure: base-OT replies: %s" % e) from None
+        fragments.publish(publish, topics.ROUND_TO_CS, msg.encode_blob("secure-ext", rid, u))
+        garbled = self._blob(self._await(rid, "secure-garbled"))
+        try:
+            cand = evaluator.finish(garbled)
+        except ValueError as e:
+            raise msg.RoundError("mode secure: garbled message: %s" % e) from None
         r = np.union1d(cand, np.intersect1d(presumed, unknown))
         return r, np.setdiff1d(presumed, r), np.setdiff1d(r, presumed), {"missing": base.get("missing")}
 

@@ -120,7 +120,8 @@ def test_bands_round_equals_run_bands_and_leaves_unknown_rows_to_the_analyst():
     assert res["unknown"] == sorted(lost)
 
 
-@pytest.mark.parametrize("mode, opening", [("paper", "bands"), ("bands", "presumed")])
+@pytest.mark.parametrize("mode, opening", [("paper", "bands"), ("bands", "presumed"), ("bands", "secure-open"),
+                                           ("secure", "bands")])
 def test_a_server_refuses_the_other_modes_rounds(mode, opening):
     tokens, d_diff, dist, presumed = _window(200)
     table = dict(zip(tokens, d_diff.tolist()))
@@ -299,3 +300,23 @@ def test_the_server_refuses_rounds_until_its_parameters_are_known():
     with pytest.raises(ValueError):
         CorrectionServer(Connection("127.0.0.1", 1, "correction", "x", "t"), CorrectionParams(w_o=0.0),
                          lambda: None, mode="bands")
+
+
+def test_bad_secure_messages_get_an_error_reply():
+    import base64
+    tokens, d_diff, dist, presumed = _window(200)
+    table = dict(zip(tokens, d_diff.tolist()))
+    rounds = CorrectionRounds(CorrectionParams(w_o=0.0, normal_radius=5.0), lambda ts: table, grace=0, mode="secure")
+    opening = {"step": "secure-open", "round": 1, "tokens": msg.tokens_field(tokens), "bits": 32,
+               "a": base64.b64encode(bytes(256)).decode()}                # zero is no group element
+    for body in (opening, dict(opening, bits=16), dict(opening, a="***"),
+                 {"step": "secure-ext", "round": 2, "blob": bytes(10)}):   # round 2 never opened
+        reply = msg.decode(rounds.handle(body))
+        assert reply["step"] == "error" and reply["round"] == body["round"]
+
+
+def test_secure_messages_round_trip_with_a_binary_part():
+    blob = bytes(range(256)) * 3 + b"\n{"
+    body = msg.decode(msg.encode_blob("secure-ext", 4, blob))
+    assert body["step"] == "secure-ext" and body["round"] == 4 and body["blob"] == blob
+    assert "blob" not in msg.decode(msg.encode("result", 4, r=[1]))
