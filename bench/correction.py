@@ -164,9 +164,10 @@ def _serve(host: str, port: int, password: str, table: dict[bytes, int], rho: fl
 
 
 def secure_over_mqtt(d: np.ndarray, dist: np.ndarray, rho: float, presumed: np.ndarray,
-                     rounds: int) -> tuple[list[float], int, int, np.ndarray]:
+                     rounds: int) -> tuple[list[tuple[float, float, float, float]], int, int, np.ndarray]:
     """Mode secure end to end over a Mosquitto started here, the correction server in a child
-    process: seconds per round, bytes and MQTT messages of one round (both directions,
+    process: seconds per round (total; until secure-base arrived; until secure-garbled
+    arrived; the analyst's evaluation), bytes and MQTT messages of one round (both directions,
     fragments counted, as the analyst sends and receives them), and R."""
     import multiprocessing
     import tempfile
@@ -204,6 +205,15 @@ def secure_over_mqtt(d: np.ndarray, dist: np.ndarray, rho: float, presumed: np.n
 
         analyst._client.publish = counting  # type: ignore[method-assign]
         analyst._client.on_message = counting_in
+        arrived: dict[str, float] = {}
+        await_step = analyst._await
+
+        def timed_await(rid: int, step: str) -> dict[str, Any]:
+            body = await_step(rid, step)
+            arrived[step] = time.perf_counter()
+            return body
+
+        analyst._await = timed_await  # type: ignore[method-assign]
         analyst.session.start(analyst._client)
         if not ready.wait(60):
             raise RuntimeError("the correction server did not come up")
@@ -215,7 +225,9 @@ def secure_over_mqtt(d: np.ndarray, dist: np.ndarray, rho: float, presumed: np.n
                 sizes.clear()
                 t0 = time.perf_counter()
                 r, _, _, _ = analyst._secure_round(k + 1, tokens, presumed, dist, d.size)
-                took.append(time.perf_counter() - t0)
+                t1 = time.perf_counter()
+                took.append((t1 - t0, arrived["secure-base"] - t0, arrived["secure-garbled"] - arrived["secure-base"],
+                             t1 - arrived["secure-garbled"]))
         finally:
             stop.set()
             child.join(20)
@@ -245,10 +257,12 @@ def secure_rows(w: dict[str, object], n: int, sort_ms: float, rounds: int) -> No
     print("\nbytes between the parties: %.1f MB (%d per row)" % (nbytes / 1e6, nbytes // n))
     took, mqtt_bytes, messages, r_mqtt = secure_over_mqtt(d, dist, rho, presumed, rounds)
     assert np.array_equal(r_mqtt, np.union1d(want, np.empty(0, dtype=np.intp))), "R over MQTT differs"
-    print("\n| mode secure end to end over MQTT (Mosquitto, loopback) | s | ÷ numpy.sort | MB | MQTT messages |")
-    print("|---|---:|---:|---:|---:|")
-    for k, sec in enumerate(took):
-        print("| round %d | %.2f | %.0f | %.1f | %d |" % (k + 1, sec, 1e3 * sec / sort_ms, mqtt_bytes / 1e6, messages))
+    print("\n| mode secure end to end over MQTT (Mosquitto, loopback) | s | ÷ numpy.sort | open -> secure-base s "
+          "| -> secure-garbled s | A: evaluation s | MB | MQTT messages |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for k, (sec, base, garbled, finish) in enumerate(took):
+        print("| round %d | %.2f | %.0f | %.2f | %.2f | %.2f | %.1f | %d |" % (
+            k + 1, sec, 1e3 * sec / sort_ms, base, garbled, finish, mqtt_bytes / 1e6, messages))
 
 
 def main(argv: list[str] | None = None) -> int:
