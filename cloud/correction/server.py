@@ -159,6 +159,9 @@ class CorrectionRounds:
         """Mode secure, step 1: look up d_diff, answer A's base-OT element with the 128 replies."""
         tokens = msg.tokens_of(body)
         n = len(tokens)
+        if len(set(tokens)) != n:
+            # One token at many chosen distances would bisect its d_diff in a single round.
+            raise msg.RoundError("a token appears more than once in the window")
         if body.get("bits") != BITS:
             raise msg.RoundError("mode secure compares %d-bit values, the analyst sent bits=%r" % (BITS, body.get("bits")))
         try:

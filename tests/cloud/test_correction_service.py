@@ -309,7 +309,8 @@ def test_bad_secure_messages_get_an_error_reply():
     rounds = CorrectionRounds(CorrectionParams(w_o=0.0, normal_radius=5.0), lambda ts: table, grace=0, mode="secure")
     opening = {"step": "secure-open", "round": 1, "tokens": msg.tokens_field(tokens), "bits": 32,
                "a": base64.b64encode(bytes(256)).decode()}                # zero is no group element
-    for body in (opening, dict(opening, bits=16), dict(opening, a="***"),
+    twice = msg.tokens_field(tokens[:3] + tokens[:1])
+    for body in (opening, dict(opening, bits=16), dict(opening, a="***"), dict(opening, tokens=twice),
                  {"step": "secure-ext", "round": 2, "blob": bytes(10)}):   # round 2 never opened
         reply = msg.decode(rounds.handle(body))
         assert reply["step"] == "error" and reply["round"] == body["round"]
