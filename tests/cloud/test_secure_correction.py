@@ -380,3 +380,35 @@ def test_secure_guarantee_on_board_made_windows():
         assert not member[raw <= rho].any()
         assert member[raw > rho + 3].all()
         assert (raw <= rho).any() and (raw > rho + 3).any()
+
+
+def test_half_gate_tables_match_the_published_equations():
+    """One AND gate with fixed labels, against ZRE15's equations written on bytes:
+    T_G = H(A0, j) ^ H(A1, j) ^ p_b Delta, T_E = H(B0, j') ^ H(B1, j') ^ A0,
+    C0 = H(A0, j) ^ p_a T_G ^ H(B0, j') ^ p_b (T_E ^ A0), j' = j + n (here n = 1)."""
+    from dpsense.cloud.correction.garble import _garble_and
+
+    enc = Cipher(algorithms.AES(FIXED_KEY), modes.ECB()).encryptor()
+
+    def xor(*bs: bytes) -> bytes:
+        out = bytes(16)
+        for b in bs:
+            out = bytes(x ^ y for x, y in zip(out, b))
+        return out
+
+    def hash_(x: bytes, i: int) -> bytes:
+        px = enc.update(x)
+        return xor(enc.update(xor(px, i.to_bytes(8, "little") + bytes(8))), px)
+
+    delta = bytes.fromhex("0f" + "11" * 15)                 # lowest bit 1
+    for a0, b0 in [(bytes(range(16)), bytes(range(16, 32))), (bytes([1]) + bytes(15), bytes([3]) * 16)]:
+        pa, pb = a0[0] & 1, b0[0] & 1
+        tg = xor(hash_(a0, 7), hash_(xor(a0, delta), 7), delta if pb else bytes(16))
+        te = xor(hash_(b0, 8), hash_(xor(b0, delta), 8), a0)
+        c0 = xor(hash_(a0, 7), tg if pa else bytes(16), hash_(b0, 8), xor(te, a0) if pb else bytes(16))
+
+        def arr(b: bytes) -> np.ndarray:
+            return np.frombuffer(b, dtype="<u8").reshape(1, 2).copy()
+
+        g0, t_g, t_e = _garble_and(arr(a0), arr(b0), arr(delta), FixedKeyHash(), 7, 1)
+        assert (t_g.tobytes(), t_e.tobytes(), g0.tobytes()) == (tg, te, c0)
