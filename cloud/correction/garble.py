@@ -64,7 +64,8 @@ class Prg:
     def labels(self, n: int) -> np.ndarray:
         """``n`` uniformly random 128-bit labels, shape ``(n, 2)``."""
         out = np.empty((n + 1, 2), dtype=_U64)
-        self._enc.update_into(np.zeros((n, 2), dtype=_U64).data.cast("B"), out.data.cast("B"))
+        if n:                                   # an empty view cannot be cast to bytes
+            self._enc.update_into(np.zeros((n, 2), dtype=_U64).data.cast("B"), out.data.cast("B"))
         return out[:n]
 
     def bits(self, n: int) -> np.ndarray:
@@ -92,7 +93,8 @@ class FixedKeyHash:
         n = x.shape[0]
         # update_into writes in place; it asks for one block of room beyond the input.
         out = np.empty((n + 1, 2), dtype=_U64)
-        self._enc.update_into(x.data.cast("B"), out.data.cast("B"))
+        if n:
+            self._enc.update_into(x.data.cast("B"), out.data.cast("B"))
         return out[:n]
 
     def __call__(self, x: np.ndarray, tweaks: np.ndarray) -> np.ndarray:

@@ -211,6 +211,12 @@ def test_secure_round_equals_plaintext_predicate_with_edges():
     assert len(res.to_analyst[1]) == garbled_size(dist_a.size)
 
 
+@pytest.mark.parametrize("n", [0, 1])
+def test_tiny_windows(n):
+    res = run_secure(np.zeros(n), np.full(n, 50.0), 10.0, seed(n, 14), seed(n, 15))
+    assert res.r.tolist() == list(range(n))
+
+
 def test_unknown_rows_are_never_candidates():
     dist = np.array([1000.0, 1000.0, 1000.0])
     cs = Garbler(np.array([0.0]), np.array([2]), 3, 10.0, Prg(seed(6)))
