@@ -77,7 +77,7 @@ class AnalystParams:
     from the provisioned ``centre_q``, the point the boards' d_diff refers to (None = the
     profile's, once there is one): until it is known, no round runs and the window is held.
     In mode paper a round is skipped when ``|O'|`` is within ``skip_margin`` of
-    ``outlier_share * n`` (a negative margin never skips); mode bands always runs.
+    ``outlier_share * n`` (a negative margin never skips); modes bands and secure always run.
     """
 
     eps_q: float

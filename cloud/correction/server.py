@@ -8,7 +8,7 @@ evidence), such a row is never proposed as a false negative, and in mode bands i
 returned as unknown so that the analyst keeps its own verdict.
 
 The server may start before its parameters are known (no profile yet: w_O for mode paper,
-the normal radius for mode bands): it stores correction records from the start and answers
+the normal radius for modes bands and secure): it stores correction records from the start and answers
 a round with an error until its parameters resolve, so the analyst holds the window and
 retries. Its round subscription is a clean session: a round sent while the server was down
 is not queued for it (the analyst retries it under a new round id), so a restarted server
