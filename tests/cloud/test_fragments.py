@@ -6,7 +6,9 @@ import random
 
 import pytest
 
-from dpsense.cloud.correction.fragments import LIMIT, MAGIC, Reassembler, split
+import struct
+
+from dpsense.cloud.correction.fragments import LIMIT, MAGIC, MAX_FRAGMENTS, Reassembler, split
 
 
 def test_small_payload_is_sent_as_it_is():
@@ -36,3 +38,11 @@ def test_interleaved_messages_and_repeated_fragments():
 def test_a_limit_without_room_is_refused():
     with pytest.raises(ValueError):
         split(b"x" * 100, limit=10)
+
+
+def test_a_fragment_claiming_too_many_parts_is_dropped():
+    r = Reassembler()
+    assert r.feed(struct.pack("<4sQII", MAGIC, 1, 0, MAX_FRAGMENTS + 1) + b"x") is None
+    assert r.feed(struct.pack("<4sQII", MAGIC, 1, 0, 0) + b"x") is None
+    assert r.feed(struct.pack("<4sQII", MAGIC, 1, 5, 3) + b"x") is None
+    assert not r._parts
