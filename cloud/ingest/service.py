@@ -127,6 +127,21 @@ class _Inbox:
         return bool(self._items) or (self._arrived.wait(timeout) and bool(self._items))
 
 
+def shared_filter(share: str | None, topic_filter: str) -> str:
+    """``topic_filter`` itself, or as a member of the MQTT shared subscription ``share``.
+
+    The broker hands each message of a shared subscription to one of the group's sessions
+    (docs/scale-out.md): N ingest workers with the same ``share`` split the stream between them,
+    each acknowledging only what it committed.
+    """
+    if share is None:
+        return topic_filter
+    if not share or any(c in share for c in "/+#"):
+        raise UsageError("a shared subscription group is a non-empty name without '/', '+' or '#', got %r"
+                         % share)
+    return "$share/%s/%s" % (share, topic_filter)
+
+
 class IngestService:
     """Subscribe to one topic filter and store what arrives; see the module docstring."""
 
@@ -150,12 +165,12 @@ class IngestService:
         self._client = self._make_client()
 
     @classmethod
-    def for_analyst(cls, conn: Connection, store: Any, **kw: Any) -> "IngestService":
-        return cls(conn, topics.READINGS_ALL, classify_reading, store, **kw)
+    def for_analyst(cls, conn: Connection, store: Any, share: str | None = None, **kw: Any) -> "IngestService":
+        return cls(conn, shared_filter(share, topics.READINGS_ALL), classify_reading, store, **kw)
 
     @classmethod
-    def for_correction(cls, conn: Connection, store: Any, **kw: Any) -> "IngestService":
-        return cls(conn, topics.CORRECTIONS, classify_correction, store, **kw)
+    def for_correction(cls, conn: Connection, store: Any, share: str | None = None, **kw: Any) -> "IngestService":
+        return cls(conn, shared_filter(share, topics.CORRECTIONS), classify_correction, store, **kw)
 
     # -- paho callbacks (network thread) ------------------------------------------------
     def _make_client(self) -> mqtt.Client:

@@ -1,0 +1,114 @@
+"""Window partitions claimed through PostgreSQL (cloud/storage/claims.py): shares, takeover after a
+lease, fencing of a lost claim, and the unique key that refuses a second scoring."""
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from dpsense.cloud.errors import UsageError
+from dpsense.cloud.storage import AnalystStore, Reading, open_analyst_store
+from dpsense.cloud.storage.claims import ClaimLost, PartitionClaims
+from dpsense.cloud.storage.records import WindowOutcome
+
+pytestmark = pytest.mark.postgres
+GROUPS = ("a", "b", "c", "d")        # and "default": five partitions
+_DATABASES = itertools.count()
+
+
+@pytest.fixture
+def url(postgres_url: str) -> str:
+    from tests.pgserver import create_database
+    return create_database(postgres_url, "claims%d" % next(_DATABASES))
+
+
+@pytest.fixture
+def stores(url: str) -> Iterator[tuple[AnalystStore, AnalystStore]]:
+    """Two connections to one store, as two analysts have; devices 1..4 in groups a..d, 5 readings each."""
+    with open_analyst_store(url) as one, open_analyst_store(url) as two:
+        for d, g in enumerate(GROUPS, 1):
+            one.set_device_group(d, g, 0.0)
+        one.add_batch([Reading(d, 1, s, bytes([d, s]) * 4, 1, (s, d), "dpsense/readings/d%d" % d, float(s))
+                       for d in range(1, 5) for s in range(5)], [])
+        yield one, two
+
+
+def _outcome() -> WindowOutcome:
+    return WindowOutcome(0, 0, 0, 0, 0, 0.0, 0.0, time.time())
+
+
+def test_two_analysts_split_the_groups_and_never_hold_one_together(stores: tuple[AnalystStore, AnalystStore]) -> None:
+    one, two = stores
+    a, b = PartitionClaims(one, "analyst-1", lease=5), PartitionClaims(two, "analyst-2", lease=5)
+    assert a.refresh() == {"a", "b", "c", "d", "default"}     # alone: every group
+    assert b.refresh() == set()                               # all held; it now counts as alive
+    assert len(a.refresh()) == 3                              # its share is ceil(5 / 2): it releases two
+    assert b.refresh() == {"a", "b", "c", "d", "default"} - a.owned
+    assert a.refresh() | b.refresh() == {"a", "b", "c", "d", "default"} and not a.owned & b.owned
+    b.release()                                               # a clean stop hands everything back
+    assert a.refresh() == {"a", "b", "c", "d", "default"}
+
+
+def test_a_dead_analyst_s_groups_are_taken_after_its_lease_and_its_writes_are_refused(
+        stores: tuple[AnalystStore, AnalystStore]) -> None:
+    one, two = stores
+    a, b = PartitionClaims(one, "analyst-1", lease=1), PartitionClaims(two, "analyst-2", lease=1)
+    a.refresh()
+    w = one.close_window("a", "count", upto_row=one.max_row_id(), closed_at=1.0)
+    assert w is not None and w.n == 5
+    assert b.refresh() == set()                               # a's lease still runs
+    time.sleep(1.3)                                           # a stops renewing: "killed"
+    assert b.refresh() == {"a", "b", "c", "d", "default"}
+    with pytest.raises(ClaimLost, match="no longer holds"):
+        one.complete_window(w.id, _outcome(), [], {"window": w.id})
+    with pytest.raises(ClaimLost):
+        one.close_window("b", "count", upto_row=one.max_row_id(), closed_at=1.0)
+    assert one.window_record(w.id).state == "closed"          # the refused transactions left nothing
+    two.complete_window(w.id, _outcome(), [], {"window": w.id})
+    assert two.window_record(w.id).state == "done"
+
+
+def test_a_window_is_scored_once_even_when_two_analysts_hold_its_group(stores: tuple[AnalystStore, AnalystStore],
+                                                                      url: str) -> None:
+    """The leases are bypassed by hand (two owners at once); the primary key of dpsense_scored still
+    refuses the second scoring."""
+    one, two = stores
+    a, b = PartitionClaims(one, "analyst-1", lease=30), PartitionClaims(two, "analyst-2", lease=30)
+    a.refresh()
+    w = one.close_window("a", "count", upto_row=one.max_row_id(), closed_at=1.0)
+    assert w is not None
+    one.complete_window(w.id, _outcome(), [], {"window": w.id})
+    import psycopg
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE dpsense_claims SET owner = 'analyst-2' WHERE grp = 'a'")
+    with pytest.raises(ClaimLost, match="scored already"):
+        two.complete_window(w.id, _outcome(), [], {"window": w.id, "second": True})
+    assert dict(two.window_results())[w.id] == {"window": w.id}
+    assert b.owner == "analyst-2"
+
+
+def test_round_ids_are_unique_across_analysts_and_follow_earlier_ones(url: str) -> None:
+    with open_analyst_store(url) as one, open_analyst_store(url) as two:
+        one.set_device_group(1, "a", 0.0)
+        one.add_batch([Reading(1, 1, 0, b"t" * 8, 1, (0, 0), "dpsense/readings/d1", 0.0)], [])
+        w = one.close_window("a", "count", upto_row=1, closed_at=0.0)
+        assert w is not None
+        one.start_attempt(w.id, 41)                           # a single analyst's rounds, before
+        ids = [c.next_round_id() for c in (PartitionClaims(one, "analyst-1"), PartitionClaims(two, "analyst-2"))
+               for _ in range(3)]
+    assert len(set(ids)) == 6 and min(ids) == 42
+
+
+@pytest.mark.parametrize("kwargs", [{"lease": 0.5}, {"lease": float("nan")}, {"owner": ""}])
+def test_bad_claim_parameters_are_refused(url: str, kwargs: dict) -> None:
+    with open_analyst_store(url) as store:
+        with pytest.raises(UsageError):
+            PartitionClaims(store, **{"owner": "analyst-1", **kwargs})
+
+
+def test_an_sqlite_store_serves_one_analyst() -> None:
+    with open_analyst_store("sqlite://") as store:
+        with pytest.raises(UsageError, match="PostgreSQL"):
+            PartitionClaims(store, "analyst-1")
