@@ -1,0 +1,224 @@
+"""Scale-out on one Mosquitto and one PostgreSQL (docs/scale-out.md): three ingest workers share the
+readings and two the correction records through MQTT shared subscriptions, two analysts claim the
+device groups' windows through the database. One reading ingest worker, one correction ingest worker
+and one analyst are killed with SIGKILL mid-stream and started again: every reading and every
+correction record is stored once, and every window is scored once."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import psycopg
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+
+from dpsense.cloud import topics
+from dpsense.cloud.broker import Broker, BrokerError, free_port
+from dpsense.cloud.cli import main
+from dpsense.cloud.storage import open_analyst_store, open_correction_store
+from tests.integration.procs import stop
+
+pytestmark = [pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
+                                 reason="Debian package 'mosquitto' is not installed"),
+              pytest.mark.postgres]
+ROOT = Path(__file__).resolve().parents[2]
+RATE = 150                  # readings per second across the fleet
+DURATION = 16               # seconds: 2400 readings, 600 per group
+DEVICES = 8                 # two per group
+GROUPS = ("hall-a", "hall-b", "hall-c", "hall-d")
+WINDOW = 150                # readings per count window: 4 per group
+LEASE = 3.0
+
+
+def _wait(pred, timeout: float, step: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step)
+    return True
+
+
+class Fleet:
+    """The broker, the databases and the services of a scaled-out installation, each its own process."""
+
+    def __init__(self, tmp: Path, pg_url: str) -> None:
+        from tests.pgserver import create_database
+        self.dir = tmp / "data"
+        self.logs = tmp
+        self.analyst_db = create_database(pg_url, "scale_analyst")
+        self.correction_db = create_database(pg_url, "scale_correction")
+        self.broker = Broker(self.dir, port=free_port())
+        self.common = ["--data-dir", str(self.dir), "--broker-port", str(self.broker.port),
+                       "--analyst-db", self.analyst_db, "--correction-db", self.correction_db]
+        self.passwords = {role: self.broker.add_account(role, workers=3) for role in ("analyst", "correction")}
+        for d in range(1, DEVICES + 1):
+            assert main(["broker", "add-device", str(d), "--group", GROUPS[(d - 1) % len(GROUPS)],
+                         *self.common]) == 0
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.broker.start()
+
+    def service(self, name: str, role: str, *args: str) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        if role in self.passwords:
+            env["DPSENSE_BROKER_PASSWORD"] = self.passwords[role]
+        with open(self.logs / ("%s.log" % name), "ab") as log:
+            p = subprocess.Popen([sys.executable, "-m", "dpsense.cloud.cli", *args, *self.common], env=env,
+                                 stdout=log, stderr=log)
+        self.procs[name] = p
+        return p
+
+    def log(self, name: str) -> str:
+        path = self.logs / ("%s.log" % name)
+        return path.read_text() if path.exists() else ""
+
+    def logs_of(self, *names: str) -> str:
+        return "\n".join("--- %s\n%s" % (n, self.log(n)[-3000:]) for n in names)
+
+    def ingest(self, role: str, k: int) -> None:
+        name = "%s-ingest-%d" % (role, k)
+        # Restarted workers append to their log: count the subscriptions, not the lines' presence.
+        before = self.log(name).count("ingest: subscribed to $share/%s-ingest/" % role)
+        self.service(name, role, "ingest", "--role", role, "--worker", str(k), "--batch-size", "100")
+        assert _wait(lambda: self.log(name).count("ingest: subscribed to $share/%s-ingest/" % role) > before, 40), \
+            self.log(name)
+
+    def analyst(self, k: int) -> None:
+        self.service("analyst-%d" % k, "analyst", "analyst", "--worker", str(k), "--no-ingest", "--lease",
+                     str(LEASE), "--window", str(WINDOW), "--flush-idle", "3", "--dbscan-min-samples", "10",
+                     "--round-timeout", "5")
+
+    def sql(self, query: str) -> list[tuple]:
+        with psycopg.connect(self.analyst_db, autocommit=True) as conn:
+            return conn.execute(query).fetchall()
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            stop(p)
+        self.broker.stop()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, postgres_url: str) -> Iterator[Fleet]:
+    f = Fleet(tmp_path, postgres_url)
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def test_three_ingest_workers_and_two_analysts_survive_a_kill_of_one_of_each(fleet: Fleet) -> None:
+    total = RATE * DURATION
+    fleet.service("correction", "correction", "correction-server", "--worker", "1", "--no-ingest")
+    for k in (1, 2, 3):
+        fleet.ingest("analyst", k)
+    for k in (1, 2):
+        fleet.ingest("correction", k)
+    fleet.analyst(1)
+    fleet.analyst(2)
+    assert _wait(lambda: "now scores" in fleet.log("analyst-1") and "now scores" in fleet.log("analyst-2"), 40), \
+        fleet.logs_of("analyst-1", "analyst-2")
+    sim = fleet.service("simulate", "analyst", "simulate", "--devices", str(DEVICES), "--rate", str(RATE),
+                        "--duration", str(DURATION), "--n", "4000", "--epsilon", "2", "--seed", "3")
+
+    # Mid-stream: SIGKILL, no chance to flush a batch or release a claim.
+    with open_analyst_store(fleet.analyst_db) as store:
+        assert _wait(lambda: store.count() >= total // 4, 40), fleet.logs_of("simulate", "analyst-ingest-1")
+    every = "now scores groups default, hall-a, hall-b, hall-c, hall-d"
+    before = fleet.log("analyst-1").count(every)      # once, when it started alone
+    for name in ("analyst-ingest-2", "correction-ingest-1", "analyst-2"):
+        fleet.procs[name].kill()
+        fleet.procs[name].wait()
+    killed_at = time.monotonic()
+    # analyst-1 takes over every group once analyst-2's lease has run out ...
+    assert _wait(lambda: fleet.log("analyst-1").count(every) > before, 4 * LEASE), fleet.logs_of("analyst-1")
+    assert time.monotonic() - killed_at >= LEASE * 0.5
+    # ... and the restarted workers rejoin: the ingest sessions are resumed, analyst-2 claims its share again.
+    fleet.ingest("analyst", 2)
+    fleet.ingest("correction", 1)
+    fleet.analyst(2)
+    assert sim.wait(90) == 0, fleet.log("simulate")
+
+    def settled() -> bool:
+        with open_analyst_store(fleet.analyst_db) as a, open_correction_store(fleet.correction_db) as c:
+            counts = a.window_counts()
+            pending = a.pending_by_group(0, a.max_row_id())
+            return (a.count() == total and c.count() == total and counts["closed"] + counts["held"] == 0
+                    and all(p.count < 20 for p in pending.values()))
+    assert _wait(settled, 60), fleet.logs_of("analyst-1", "analyst-2", "correction", "analyst-ingest-2")
+
+    with open_analyst_store(fleet.analyst_db) as a, open_correction_store(fleet.correction_db) as c:
+        windows = a.windows()
+        results = dict(a.window_results())
+        # Every reading once: the stored rows are the published ones, each (device, boot, seq) once.
+        assert a.count() == total and len(set(a.token_array().tolist())) == total
+        assert c.count() == total and set(c.token_array().tolist()) == set(a.token_array().tolist())
+        gaps = a.gaps()
+        assert len(gaps) == DEVICES and sum(g.missing for g in gaps) == 0
+        pending = a.pending_by_group(0, a.max_row_id())
+    # Every window scored once, by one of the analysts, with its readings in no other window.
+    done = [w for w in windows if w.state == "done"]
+    assert {w.group for w in done} == set(GROUPS)
+    assert len(done) >= len(GROUPS) * (total // len(GROUPS) // WINDOW - 1)
+    assert sorted(results) == sorted(w.id for w in done)
+    scored = fleet.sql("SELECT window_id, owner FROM dpsense_scored ORDER BY window_id")
+    assert [wid for wid, _ in scored] == sorted(w.id for w in done)
+    assert {owner for _, owner in scored} == {"analyst-1", "analyst-2"}
+    assert sum(w.n for w in windows if w.state != "carried") + sum(p.count for p in pending.values()) == total
+    assert fleet.sql("SELECT count(*), count(DISTINCT win) FROM readings WHERE win IS NOT NULL")[0][1] == \
+        len([w for w in windows if w.state != "carried"])
+    for g in GROUPS:                                            # a group's windows in order, none twice
+        seqs = [w.seq for w in windows if w.group == g]
+        assert seqs == sorted(set(seqs))
+    # The restarted analyst holds a share again; the claims cover every group once.
+    claims = dict(fleet.sql("SELECT grp, owner FROM dpsense_claims"))
+    assert set(claims) == set(GROUPS) | {"default"} and set(claims.values()) <= {"analyst-1", "analyst-2"}
+
+
+def _client(broker: Broker, user: str, password: str, got: list[tuple[str, bytes]] | None = None) -> mqtt.Client:
+    c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=user, protocol=mqtt.MQTTv311)
+    c.username_pw_set(user, password)
+    if got is not None:
+        c.on_message = lambda cl, u, m: got.append((m.topic, bytes(m.payload)))
+    c.connect(broker.host, broker.port)
+    c.loop_start()
+    assert _wait(c.is_connected, 5, 0.02)
+    return c
+
+
+def test_worker_accounts_share_a_stream_with_their_role_s_acl(tmp_path: Path) -> None:
+    """Two ingest workers in one shared subscription get each reading once between them, and the
+    worker accounts are bound by the ACL of the account they copy: no correction record reaches
+    an analyst worker, whichever filter it subscribes to."""
+    broker = Broker(tmp_path, port=free_port())
+    pw = broker.add_account("analyst", workers=2)
+    dev, dev_pw = broker.add_device(7)
+    assert {"analyst-1", "analyst-2", "analyst-ingest-1", "analyst-ingest-2", "analyst-status-2"} <= set(
+        broker.accounts())
+    with pytest.raises(BrokerError):
+        broker.add_account("analyst-ingest-3", "analyst")         # a worker name is not a role account
+    with broker.running():
+        got: list[list[tuple[str, bytes]]] = [[], []]
+        workers = [_client(broker, "analyst-ingest-%d" % k, pw, got[k - 1]) for k in (1, 2)]
+        for w in workers:
+            for topic in (topics.READINGS_ALL, topics.CORRECTIONS):
+                w.subscribe("$share/analyst-ingest/" + topic, qos=1)
+        time.sleep(0.5)
+        board = _client(broker, dev, dev_pw)
+        sent = [b"r%d" % i for i in range(40)]
+        for payload in sent:
+            board.publish(topics.READINGS % dev, payload, qos=1).wait_for_publish(5)
+        board.publish(topics.CORRECTIONS, b"secret", qos=1).wait_for_publish(5)
+        assert _wait(lambda: len(got[0]) + len(got[1]) >= len(sent), 10)
+        time.sleep(0.5)
+        for c in [*workers, board]:
+            c.disconnect()
+            c.loop_stop()
+    assert sorted(p for g in got for _, p in g) == sorted(sent)     # each once, no correction record
+    assert got[0] and got[1]                                        # and split between the workers
