@@ -389,8 +389,9 @@ def parser_correction(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-guard", action="store_true", help="accept every split (paper-literal; not advised)")
     p.add_argument("--no-ingest", action="store_true", help="only answer rounds; another process ingests")
     p.add_argument("--worker", type=count(1),
-                   help="run as correction server N: account correction-N, its ingest worker N of the shared "
-                        "subscription of correction-ingest (see docs/scale-out.md)")
+                   help="run as correction server N (mode bands): account correction-N, each round answered by "
+                        "one of the servers (shared subscription), its ingest worker N of correction-ingest's "
+                        "(see docs/scale-out.md)")
     add_password(p)
     add_common(p)
 
@@ -437,7 +438,7 @@ def do_correction(args: argparse.Namespace) -> int:
     account = worker_account("correction", args.worker)
     pw = broker_password(args, account)
     server = CorrectionServer(connection_for(st, account, pw), params, opener, mode=args.correction_mode,
-                              waiting=waiting)
+                              waiting=waiting, share="correction" if args.worker is not None else None)
     ingest = None
     if not args.no_ingest:
         ingest = IngestThread(connection_for(st, worker_account("correction" + INGEST_SUFFIX, args.worker), pw),

@@ -1,8 +1,9 @@
 """Scale-out on one Mosquitto and one PostgreSQL (docs/scale-out.md): three ingest workers share the
 readings and two the correction records through MQTT shared subscriptions, two analysts claim the
-device groups' windows through the database. One reading ingest worker, one correction ingest worker
-and one analyst are killed with SIGKILL mid-stream and started again: every reading and every
-correction record is stored once, and every window is scored once."""
+device groups' windows through the database, two correction servers share the rounds (mode bands).
+One worker of each kind (reading ingest, correction ingest, analyst, correction server) is killed
+with SIGKILL mid-stream and started again: every reading and every correction record is stored
+once, and every window is scored once."""
 from __future__ import annotations
 
 import os
@@ -89,6 +90,13 @@ class Fleet:
         assert _wait(lambda: self.log(name).count("ingest: subscribed to $share/%s-ingest/" % role) > before, 40), \
             self.log(name)
 
+    def correction_server(self, k: int) -> None:
+        name = "correction-%d" % k
+        ready = "correction server: subscribed to $share/correction/"
+        before = self.log(name).count(ready)
+        self.service(name, "correction", "correction-server", "--worker", str(k), "--no-ingest")
+        assert _wait(lambda: self.log(name).count(ready) > before, 40), self.log(name)
+
     def analyst(self, k: int) -> None:
         self.service("analyst-%d" % k, "analyst", "analyst", "--worker", str(k), "--no-ingest", "--lease",
                      str(LEASE), "--window", str(WINDOW), "--flush-idle", "3", "--dbscan-min-samples", "10",
@@ -115,7 +123,8 @@ def fleet(tmp_path: Path, postgres_url: str) -> Iterator[Fleet]:
 
 def test_three_ingest_workers_and_two_analysts_survive_a_kill_of_one_of_each(fleet: Fleet) -> None:
     total = RATE * DURATION
-    fleet.service("correction", "correction", "correction-server", "--worker", "1", "--no-ingest")
+    for k in (1, 2):
+        fleet.correction_server(k)
     for k in (1, 2, 3):
         fleet.ingest("analyst", k)
     for k in (1, 2):
@@ -132,7 +141,7 @@ def test_three_ingest_workers_and_two_analysts_survive_a_kill_of_one_of_each(fle
         assert _wait(lambda: store.count() >= total // 4, 40), fleet.logs_of("simulate", "analyst-ingest-1")
     every = "now scores groups default, hall-a, hall-b, hall-c, hall-d"
     before = fleet.log("analyst-1").count(every)      # once, when it started alone
-    for name in ("analyst-ingest-2", "correction-ingest-1", "analyst-2"):
+    for name in ("analyst-ingest-2", "correction-ingest-1", "analyst-2", "correction-2"):
         fleet.procs[name].kill()
         fleet.procs[name].wait()
     killed_at = time.monotonic()
@@ -143,6 +152,7 @@ def test_three_ingest_workers_and_two_analysts_survive_a_kill_of_one_of_each(fle
     fleet.ingest("analyst", 2)
     fleet.ingest("correction", 1)
     fleet.analyst(2)
+    fleet.correction_server(2)
     assert sim.wait(90) == 0, fleet.log("simulate")
 
     def settled() -> bool:
@@ -151,7 +161,7 @@ def test_three_ingest_workers_and_two_analysts_survive_a_kill_of_one_of_each(fle
             pending = a.pending_by_group(0, a.max_row_id())
             return (a.count() == total and c.count() == total and counts["closed"] + counts["held"] == 0
                     and all(p.count < 20 for p in pending.values()))
-    assert _wait(settled, 60), fleet.logs_of("analyst-1", "analyst-2", "correction", "analyst-ingest-2")
+    assert _wait(settled, 60), fleet.logs_of("analyst-1", "analyst-2", "correction-1", "analyst-ingest-2")
 
     with open_analyst_store(fleet.analyst_db) as a, open_correction_store(fleet.correction_db) as c:
         windows = a.windows()
