@@ -431,6 +431,10 @@ def do_correction(args: argparse.Namespace) -> int:
                                 normal_radius=prof.normal_radius_q() if prof is not None else 0.0)
     if not 0 < args.alpha < 1:
         raise UsageError("--alpha must be in (0, 1)")
+    if args.worker is not None and args.correction_mode != "bands":
+        raise UsageError("--worker: correction servers share rounds in mode bands only (a mode paper round is two "
+                         "messages that must reach one server); scale its ingest with `dpsense ingest --role "
+                         "correction --worker N`")
     if args.w_o is not None and not args.w_o >= 0:
         raise UsageError("--w-o must be >= 0 quanta")
     opener = lambda: open_correction_store(st.correction_db)  # noqa: E731

@@ -112,3 +112,14 @@ def test_an_sqlite_store_serves_one_analyst() -> None:
     with open_analyst_store("sqlite://") as store:
         with pytest.raises(UsageError, match="PostgreSQL"):
             PartitionClaims(store, "analyst-1")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["analyst", "--worker", "1"], "PostgreSQL analyst store"),
+    (["correction-server", "--worker", "1", "--correction-mode", "paper"], "mode bands only"),
+])
+def test_worker_options_that_cannot_work_are_one_line_and_exit_2(tmp_path, capsys, argv: list[str], says: str) -> None:
+    from dpsense.cloud.cli import main
+    assert main([*argv, "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and "Traceback" not in err and len(err.splitlines()) == 1, err
