@@ -21,6 +21,11 @@ distance difference. In mode paper a window whose O' already holds about the exp
 outliers gets no round (``rules.needs_round``): R = O'. A round needs the provisioned centre
 (and in mode bands the band width), which the profile gives: an analyst started before
 profile.json exists holds its windows until it does (the log and the status say so).
+
+With ``owner`` (``dpsense analyst --worker N``) several analysts share one PostgreSQL store: each
+closes and scores only the device groups it claims there (cloud/storage/claims.py), takes up
+their state whenever its set of groups changes, draws round ids from the database, and drops a
+group at once when the store refuses a write because the claim lapsed (docs/scale-out.md).
 """
 from __future__ import annotations
 
@@ -187,6 +192,7 @@ class Analyst:
         self.lease = lease
         self._claims: PartitionClaims | None = None
         self._claimed_at = float("-inf")
+        self._stale = False             # a write was refused: take up the store's state afresh
         self.open_store = open_store
         self.params = params
         self._profile = profile
@@ -456,6 +462,7 @@ class Analyst:
             # was stored; the partitions are claimed afresh on the next turn.
             self.log("analyst: %s; claiming partitions afresh" % e)
             self._claimed_at = float("-inf")
+            self._stale = True
             return 0
 
     def _mine(self, group: str) -> bool:
@@ -473,6 +480,8 @@ class Analyst:
         if c.owned != before:
             self.log("analyst %s: now scores group%s %s" % (c.owner, "" if len(c.owned) == 1 else "s",
                                                            ", ".join(sorted(c.owned)) or "(none)"))
+        if c.owned != before or self._stale:
+            self._stale = False
             self.resume(store)
 
     def _keep_leases(self) -> None:

@@ -123,3 +123,21 @@ def test_worker_options_that_cannot_work_are_one_line_and_exit_2(tmp_path, capsy
     assert main([*argv, "--data-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("group", ["", "a/b", "a+", "#"])
+def test_a_shared_subscription_group_is_one_plain_topic_level(group: str) -> None:
+    from dpsense.cloud.ingest.service import shared_filter
+    with pytest.raises(UsageError):
+        shared_filter(group, "dpsense/readings/+")
+
+
+def test_worker_identities() -> None:
+    from dpsense.cloud.broker import worker_account
+    from dpsense.cloud.ingest.service import shared_filter
+    assert shared_filter(None, "dpsense/readings/+") == "dpsense/readings/+"
+    assert shared_filter("analyst-ingest", "dpsense/readings/+") == "$share/analyst-ingest/dpsense/readings/+"
+    assert (worker_account("analyst-ingest", None), worker_account("analyst-ingest", 3)) == (
+        "analyst-ingest", "analyst-ingest-3")
+    with pytest.raises(UsageError):
+        worker_account("analyst", 0)
