@@ -241,6 +241,11 @@ def do_status(args: argparse.Namespace) -> int:
         if apart:
             print("set apart   %d readings not scored (another column count or config_id than their window): %s"
                   % (sum(apart.values()), ", ".join("device %d: %d" % kv for kv in sorted(apart.items()))))
+        from dpsense.cloud.storage.claims import partition_owners
+        owners = partition_owners(a)
+        if owners:
+            print("partitions  %s" % "; ".join("%s: %s" % (who, ", ".join(groups))
+                                               for who, groups in sorted(owners.items())))
         for w in a.windows(states=("held",), limit=3):
             print("  held: window %d (group %s, %d readings, %d attempts): %s"
                   % (w.id, w.group, w.n, w.attempts, w.last_error))

@@ -163,3 +163,19 @@ class PartitionClaims:
         """A round id no analyst of this store has used: answers on the shared round topic are
         told apart by it."""
         return int(self._store._rows("draw a round id", "SELECT nextval('dpsense_round_ids')")[0][0])
+
+
+def partition_owners(store: Any) -> dict[str, list[str]] | None:
+    """``analyst -> groups`` it holds with a running lease (``(unclaimed)`` for the others), for
+    ``dpsense status``; None when no analyst ever claimed a partition in ``store``."""
+    from .postgres import PostgresAnalystStore
+    if not isinstance(store, PostgresAnalystStore):
+        return None
+    if store._rows("look for partition claims", "SELECT to_regclass('dpsense_claims') IS NULL")[0][0]:
+        return None
+    owners: dict[str, list[str]] = {}
+    for grp, owner in store._rows("read partition claims",
+                                  "SELECT grp, CASE WHEN lease_until > %s THEN owner END FROM dpsense_claims"
+                                  " ORDER BY grp" % _NOW):
+        owners.setdefault(owner or "(unclaimed)", []).append(str(grp))
+    return owners

@@ -141,3 +141,18 @@ def test_worker_identities() -> None:
         "analyst-ingest", "analyst-ingest-3")
     with pytest.raises(UsageError):
         worker_account("analyst", 0)
+
+
+def test_partition_owners_name_each_analyst_s_groups(stores: tuple[AnalystStore, AnalystStore]) -> None:
+    from dpsense.cloud.storage.claims import partition_owners
+    one, two = stores
+    assert partition_owners(one) is None                      # no analyst claimed anything yet
+    a, b = PartitionClaims(one, "analyst-1", lease=5), PartitionClaims(two, "analyst-2", lease=5)
+    a.refresh()
+    b.refresh()
+    assert partition_owners(one) == {"analyst-1": ["a", "b", "c", "d", "default"]}
+    b.release()
+    a.release()
+    assert partition_owners(two) == {"(unclaimed)": ["a", "b", "c", "d", "default"]}
+    with open_analyst_store("sqlite://") as lite:
+        assert partition_owners(lite) is None

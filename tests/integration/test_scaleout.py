@@ -186,9 +186,15 @@ def test_three_ingest_workers_and_two_analysts_survive_a_kill_of_one_of_each(fle
     for g in GROUPS:                                            # a group's windows in order, none twice
         seqs = [w.seq for w in windows if w.group == g]
         assert seqs == sorted(set(seqs))
-    # The restarted analyst holds a share again; the claims cover every group once.
+    # The restarted analyst holds a share again; the claims cover every group once; `dpsense status` says so.
     claims = dict(fleet.sql("SELECT grp, owner FROM dpsense_claims"))
     assert set(claims) == set(GROUPS) | {"default"} and set(claims.values()) <= {"analyst-1", "analyst-2"}
+    status = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "status", *fleet.common], capture_output=True,
+                            text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
+    assert status.returncode == 0, status.stderr
+    line = next(x for x in status.stdout.splitlines() if x.startswith("partitions"))
+    for owner in set(claims.values()):
+        assert "%s: %s" % (owner, ", ".join(sorted(g for g, o in claims.items() if o == owner))) in line
 
 
 def _client(broker: Broker, user: str, password: str, got: list[tuple[str, bytes]] | None = None) -> mqtt.Client:
