@@ -161,7 +161,8 @@ def do_broker(args: argparse.Namespace) -> int:
 def parser_ingest(p: argparse.ArgumentParser) -> None:
     p.epilog = examples("dpsense ingest --role analyst",
                         "dpsense ingest --role correction --correction-db postgresql://cs@db.example/corrections",
-                        "dpsense ingest --role analyst --worker 2 --analyst-db postgresql://a@db.example/analyst")
+                        "dpsense ingest --role analyst --worker 2 --analyst-db postgresql://a@db.example/analyst",
+                        "dpsense ingest --role analyst --worker 3 --retire")
     p.add_argument("--role", choices=("analyst", "correction", "status"), required=True,
                    help="analyst: store reading records; correction: store correction records; status: store "
                         "the boards' status messages in the analyst's store")
@@ -171,6 +172,9 @@ def parser_ingest(p: argparse.ArgumentParser) -> None:
                    help="run as worker N of several that share the stream (MQTT shared subscription "
                         "$share/<role account>/<topic>) under the account <role account>-N "
                         "(`dpsense broker add-account NAME --workers`); see docs/scale-out.md")
+    p.add_argument("--retire", action="store_true",
+                   help="with --worker: take worker N out of the shared subscription for good: leave the group, "
+                        "store what its session still holds, exit after --idle-exit (default 5) s without a message")
     p.add_argument("--batch-size", type=count(1), default=500, help="messages per commit (default 500)")
     p.add_argument("--idle-exit", type=seconds, help="stop after this many seconds without a message")
     add_password(p)
@@ -183,6 +187,8 @@ def do_ingest(args: argparse.Namespace) -> int:
     from dpsense.cloud.storage.repository import AnalystStore, CorrectionStore
     st = settings_from(args)
     stop = stop_on_sigterm()
+    if args.retire and args.worker is None:
+        raise UsageError("--retire takes a worker out of a shared subscription: give its --worker N")
     base = "analyst" + STATUS_SUFFIX if args.role == "status" else args.role + INGEST_SUFFIX
     user = args.user or worker_account(base, args.worker)
     # Workers share the stream in one group per role; the group is named after the role's account.
@@ -191,18 +197,18 @@ def do_ingest(args: argparse.Namespace) -> int:
     store: AnalystStore | CorrectionStore
     if args.role == "analyst":
         store = open_analyst_store(st.analyst_db)
-        svc = IngestService.for_analyst(conn, store, share=share, batch_size=args.batch_size)
+        svc = IngestService.for_analyst(conn, store, share=share, batch_size=args.batch_size, retire=args.retire)
     elif args.role == "status":
         from dpsense.cloud.devices import status_ingest
         store = open_analyst_store(st.analyst_db)
-        svc = status_ingest(conn, store, share=share, batch_size=args.batch_size)
+        svc = status_ingest(conn, store, share=share, batch_size=args.batch_size, retire=args.retire)
     else:
         store = open_correction_store(st.correction_db)
-        svc = IngestService.for_correction(conn, store, share=share, batch_size=args.batch_size)
+        svc = IngestService.for_correction(conn, store, share=share, batch_size=args.batch_size, retire=args.retire)
     print("ingest: %s records from %s:%d into %s" % (args.role, st.broker_host, st.broker_port,
           st.correction_db if args.role == "correction" else st.analyst_db), file=sys.stderr, flush=True)
     try:
-        svc.run(stop, idle_exit=args.idle_exit)
+        svc.run(stop, idle_exit=args.idle_exit if args.idle_exit is not None or not args.retire else 5.0)
     except KeyboardInterrupt:
         pass
     finally:

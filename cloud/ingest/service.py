@@ -147,11 +147,14 @@ class IngestService:
 
     def __init__(self, conn: Connection, topic_filter: str, classify: Callable[[str, bytes, float], Any],
                  store: Any, batch_size: int = 500, batch_wait: float = 0.05,
-                 log: Callable[[str], None] | None = None, progress_every: float = 5.0) -> None:
+                 log: Callable[[str], None] | None = None, progress_every: float = 5.0,
+                 retire: bool = False) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self.conn = conn
         self.topic_filter = topic_filter
+        # Retire a shared-subscription worker: leave the group, then store what its session holds.
+        self.retire = retire
         self.classify = classify
         self.store = store
         self.batch_size = batch_size
@@ -192,6 +195,13 @@ class IngestService:
         self._gen += 1
         if self._gen > 1:
             self.stats.reconnects += 1
+        if self.retire:
+            # The broker stops giving this session a share at once; what it queued for it before
+            # is still delivered, and is stored and acknowledged as usual.
+            client.unsubscribe(self.topic_filter)
+            self.log("ingest: retiring session %s: left %s; storing what it still holds"
+                     % (self.conn.client_id, self.topic_filter))
+            return
         client.subscribe(self.topic_filter, qos=1)
 
     def _on_subscribe(self, client: mqtt.Client, userdata: Any, mid: int, reason_codes: Any, props: Any) -> None:

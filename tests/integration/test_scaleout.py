@@ -238,3 +238,54 @@ def test_worker_accounts_share_a_stream_with_their_role_s_acl(tmp_path: Path) ->
             c.loop_stop()
     assert sorted(p for g in got for _, p in g) == sorted(sent)     # each once, no correction record
     assert got[0] and got[1]                                        # and split between the workers
+
+
+def test_a_retired_worker_stores_its_queued_share_and_gets_no_more(tmp_path: Path) -> None:
+    """Mosquitto keeps giving an offline member of a shared group its share; `dpsense ingest --worker 2
+    --retire` leaves the group and stores what the session held: nothing is lost, later readings go
+    to the others."""
+    from dpsense.protocol.wire import encode_reading
+    broker = Broker(tmp_path, port=free_port())
+    pw = broker.add_account("analyst", workers=2)
+    dev, dev_pw = broker.add_device(7)
+    db = "sqlite:///%s" % (tmp_path / "analyst.db")
+    shared = "$share/analyst-ingest/" + topics.READINGS_ALL
+    with broker.running():
+        away = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="analyst-ingest-2", clean_session=False,
+                           protocol=mqtt.MQTTv311)
+        away.username_pw_set("analyst-ingest-2", pw)
+        away.connect(broker.host, broker.port)
+        away.loop_start()
+        assert _wait(away.is_connected, 5, 0.02)
+        away.subscribe(shared, qos=1)
+        time.sleep(0.3)
+        away.disconnect()                                       # worker 2 is gone; its session stays
+        away.loop_stop()
+        got: list[tuple[str, bytes]] = []
+        one = _client(broker, "analyst-ingest-1", pw, got)
+        one.subscribe(shared, qos=1)
+        time.sleep(0.3)
+        board = _client(broker, dev, dev_pw)
+
+        def send(seqs: range) -> None:
+            for s in seqs:
+                board.publish(topics.READINGS % dev, encode_reading(7, 1, s, bytes([s]) * 8, 1, (s, -s)),
+                              qos=1).wait_for_publish(5)
+        send(range(20))
+        assert _wait(lambda: len(got) >= 10, 10)
+        args = ["ingest", "--role", "analyst", "--worker", "2", "--retire", "--idle-exit", "2",
+                "--data-dir", str(tmp_path), "--broker-port", str(broker.port), "--analyst-db", db]
+        res = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", *args], capture_output=True, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT), DPSENSE_BROKER_PASSWORD=pw), timeout=60)
+        assert res.returncode == 0 and "retiring session analyst-ingest-2" in res.stderr, res.stderr
+        send(range(20, 30))
+        assert _wait(lambda: len(got) >= 20, 10)
+        time.sleep(0.3)
+        for c in (one, board):
+            c.disconnect()
+            c.loop_stop()
+    with open_analyst_store(db) as store:
+        stored = {r.seq for _, r in store.readings_after(0, 100)}
+    taken = {s for s in range(30) if any(p == encode_reading(7, 1, s, bytes([s]) * 8, 1, (s, -s)) for _, p in got)}
+    assert len(got) == len(taken) == 20 and taken >= set(range(20, 30))  # all later readings went to worker 1
+    assert stored == set(range(20)) - taken and len(stored) == 10        # worker 2's queued share, stored once
