@@ -156,3 +156,49 @@ def test_partition_owners_name_each_analyst_s_groups(stores: tuple[AnalystStore,
     assert partition_owners(two) == {"(unclaimed)": ["a", "b", "c", "d", "default"]}
     with open_analyst_store("sqlite://") as lite:
         assert partition_owners(lite) is None
+
+
+def test_an_analyst_whose_lease_lapses_mid_round_stores_nothing_and_the_taker_scores_the_window(url: str) -> None:
+    """Analyst 1 closes the windows of every group and starts the first round; while the round is
+    out its lease lapses and analyst 2 takes the groups, scores that window itself and the rest.
+    Analyst 1's completion is refused (fencing): every window is scored once, all by analyst 2."""
+    import numpy as np
+
+    from dpsense.cloud.windows import WindowSpec
+    from tests.cloud.test_stream_analyst import Clock, Fleet, InProcessServer, make_analyst
+
+    fleet = Fleet()
+    with open_analyst_store(url) as one, open_analyst_store(url) as two:
+        for d, g in enumerate(GROUPS, 1):
+            one.set_device_group(d, g, 0.0)
+            one.add_batch(fleet.readings(d, np.linspace(0, 10, 30, endpoint=False)), [])
+        clock = Clock(20.0)
+        first = InProcessServer(fleet.d_diff)
+        second = InProcessServer(fleet.d_diff)
+        a1, logs1 = make_analyst(one, first, clock, WindowSpec(count=30))
+        a2, _ = make_analyst(two, second, clock, WindowSpec(count=30))
+        a1._claims = PartitionClaims(one, "analyst-1", lease=1)
+        a2._claims = PartitionClaims(two, "analyst-2", lease=1)
+        a1._keep_leases = lambda: None          # type: ignore[method-assign]  # a stalled round: no renewal
+        publish = first.publish
+        taken_over: list[int] = []
+
+        def slow_round(topic: str, payload: bytes, qos: int = 0) -> None:
+            if not taken_over:
+                time.sleep(1.3)                 # analyst 1's lease ends while its round is out
+                taken_over.append(a2.poll(two))
+            publish(topic, payload, qos)
+        first.publish = slow_round              # type: ignore[method-assign]
+
+        assert a1.poll(one) == 0                # closed all four windows; its first round was refused
+        assert taken_over == [1]                # analyst 2 took the groups and scored that window
+        assert any("no longer holds the partition of group a" in line for line in logs1)
+        while sum(a2.poll(two) for _ in range(4)):
+            pass
+        windows = two.windows()
+        results = dict(two.window_results())
+        scored = two._rows("read", "SELECT window_id, owner FROM dpsense_scored ORDER BY window_id")
+    assert [w.state for w in windows] == ["done"] * 4 and {w.group for w in windows} == set(GROUPS)
+    assert scored == [(w.id, "analyst-2") for w in windows]
+    assert sorted(results) == [w.id for w in windows]
+    assert len({r["round"] for r in results.values()}) == 4      # round ids from one sequence, none reused
