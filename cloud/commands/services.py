@@ -357,6 +357,8 @@ def do_analyst(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UsageError("--webhook: %s" % e) from None
     stop = stop_on_sigterm()
+    if args.lease < 1:
+        raise UsageError("--lease must be at least 1 s (a third of it passes between renewals)")
     if args.worker is not None and not st.analyst_db.lower().startswith(("postgresql://", "postgres://")):
         raise UsageError("--worker: analysts that share windows need a PostgreSQL analyst store "
                          "(--analyst-db postgresql://...); SQLite serves one analyst")
