@@ -21,6 +21,11 @@ R with it under garbled circuits (mode ``secure``), never a distance difference.
 outliers gets no round (``rules.needs_round``): R = O'. A round needs the provisioned centre
 (and in mode bands the band width), which the profile gives: an analyst started before
 profile.json exists holds its windows until it does (the log and the status say so).
+
+With ``owner`` (``dpsense analyst --worker N``) several analysts share one PostgreSQL store: each
+closes and scores only the device groups it claims there (cloud/storage/claims.py), takes up
+their state whenever its set of groups changes, draws round ids from the database, and drops a
+group at once when the store refuses a write because the claim lapsed (docs/scale-out.md).
 """
 from __future__ import annotations
 
@@ -51,7 +56,8 @@ from dpsense.cloud.outliers.distance import BetaRAnomalies, DistanceOutliers
 from dpsense.cloud.profile import DeviceProfile
 from dpsense.cloud.session import Session
 from dpsense.cloud.results import iso_time
-from dpsense.cloud.storage import AnalystStore, Verdict, WindowRecord
+from dpsense.cloud.storage import AnalystStore, StorageError, Verdict, WindowRecord
+from dpsense.cloud.storage.claims import ClaimLost, PartitionClaims
 from dpsense.cloud.storage.records import Members, WindowOutcome
 from dpsense.cloud.windows import WindowSpec, min_window_size, support
 
@@ -180,8 +186,16 @@ class Analyst:
     def __init__(self, conn: Connection, open_store: Callable[[], Any], params: AnalystParams,
                  log: Callable[[str], None] | None = None, alerts: Alerts | None = None,
                  webhook: str | None = None, clock: Callable[[], float] = time.time,
-                 profile: Callable[[], DeviceProfile | None] | None = None) -> None:
+                 profile: Callable[[], DeviceProfile | None] | None = None,
+                 owner: str | None = None, lease: float = 15.0) -> None:
         self.conn = conn
+        # owner: this analyst shares the store with others and scores only the device groups
+        # it claims (cloud/storage/claims.py); None: it scores every group.
+        self.owner = owner
+        self.lease = lease
+        self._claims: PartitionClaims | None = None
+        self._claimed_at = float("-inf")
+        self._stale = False             # a write was refused: take up the store's state afresh
         self.open_store = open_store
         self.params = params
         self._profile = profile
@@ -230,6 +244,7 @@ class Analyst:
                                    "running?)" % (step, rid, self.params.round_timeout))
             if self._stop.is_set():
                 raise RoundTimeout("stopped while waiting for round %d" % rid)
+            self._keep_leases()
             try:
                 body = self._q.get(timeout=min(left, 0.5))
             except queue.Empty:
@@ -387,8 +402,11 @@ class Analyst:
             r, fp, fn = presumed, np.empty(0, dtype=np.intp), np.empty(0, dtype=np.intp)
         else:
             dist = np.linalg.norm(values - np.asarray(p.centre_q, dtype=float), axis=1)
-            rid = self._next_round
-            self._next_round += 1
+            if self._claims is not None:
+                rid = self._claims.next_round_id()
+            else:
+                rid = self._next_round
+                self._next_round += 1
             store.start_attempt(w.id, rid)
             if p.mode == "bands":
                 r, fp, fn, res = self._bands_round(rid, m.tokens, presumed, dist, n)
@@ -445,6 +463,9 @@ class Analyst:
         store = self.open_store()
         done = 0
         try:
+            if self.owner is not None:
+                # Claimed at the first turn of the loop, which then takes up those groups.
+                self._claims = PartitionClaims(store, self.owner, self.lease)
             self.resume(store)
             while not stop.is_set():
                 worked = self.poll(store, flush_when_idle)
@@ -456,6 +477,12 @@ class Analyst:
                     stop.wait(self.POLL)
         finally:
             self.alerts.close()
+            if self._claims is not None:
+                try:
+                    self._claims.release()
+                except StorageError as e:
+                    self.log("analyst: could not release the partitions (%s); they pass to the other "
+                             "analysts when the lease ends" % e)
             store.close()
             self._client.disconnect()
             self._client.loop_stop()
@@ -463,13 +490,48 @@ class Analyst:
 
     def poll(self, store: AnalystStore, flush_when_idle: float | None = None) -> int:
         """One turn of the loop: count arrivals, close what is due, run one due round (1 if it completed)."""
-        now = self.clock()
-        self._observe(store, now)
-        if self.params.spec.seconds is not None:
-            self._close_time_windows(store, now)
-        else:
-            self._close_count_windows(store, now, flush_when_idle)
-        return self._next_round_due(store)
+        try:
+            self._claim(store)
+            now = self.clock()
+            self._observe(store, now)
+            if self.params.spec.seconds is not None:
+                self._close_time_windows(store, now)
+            else:
+                self._close_count_windows(store, now, flush_when_idle)
+            return self._next_round_due(store)
+        except ClaimLost as e:
+            # Another analyst holds the group now (this one's lease ended): nothing of this turn
+            # was stored; the partitions are claimed afresh on the next turn.
+            self.log("analyst: %s; claiming partitions afresh" % e)
+            self._claimed_at = float("-inf")
+            self._stale = True
+            return 0
+
+    def _mine(self, group: str) -> bool:
+        return self._claims is None or group in self._claims.owned
+
+    def _claim(self, store: AnalystStore) -> None:
+        """Every third of a lease: renew, take and release partitions; take up the state of the
+        groups held when they change."""
+        c = self._claims
+        if c is None or time.monotonic() - self._claimed_at < c.every:
+            return
+        before = c.owned
+        c.refresh()
+        self._claimed_at = time.monotonic()
+        if c.owned != before:
+            self.log("analyst %s: now scores group%s %s" % (c.owner, "" if len(c.owned) == 1 else "s",
+                                                           ", ".join(sorted(c.owned)) or "(none)"))
+        if c.owned != before or self._stale:
+            self._stale = False
+            self.resume(store)
+
+    def _keep_leases(self) -> None:
+        """While a round waits for the correction server: extend the leases (a third of a lease apart)."""
+        c = self._claims
+        if c is not None and time.monotonic() - self._claimed_at >= c.every:
+            c.renew()
+            self._claimed_at = time.monotonic()
 
     def resume(self, store: AnalystStore) -> None:
         """Take up the store's state: pending readings per group, windows awaiting a round."""
@@ -477,9 +539,10 @@ class Analyst:
         f.seen = store.max_row_id()
         now = self.clock()
         for g, p in store.pending_by_group(0, f.seen).items():
-            f.pending[g] = p.count
-            f.arrived[g] = now
-        f.waiting.extend(w.id for w in store.windows(states=("closed", "held")))
+            if self._mine(g):
+                f.pending[g] = p.count
+                f.arrived[g] = now
+        f.waiting.extend(w.id for w in store.windows(states=("closed", "held")) if self._mine(w.group))
         self._next_round = store.max_round_id() + 1
         if f.waiting:
             self.log("analyst: %d closed windows await their correction round (first: window %d)"
@@ -500,8 +563,9 @@ class Analyst:
         if top <= f.seen:
             return
         for g, p in store.pending_by_group(f.seen, top).items():
-            f.pending[g] = f.pending.get(g, 0) + p.count
-            f.arrived[g] = now
+            if self._mine(g):
+                f.pending[g] = f.pending.get(g, 0) + p.count
+                f.arrived[g] = now
         f.seen = top
 
     def _closed(self, w: WindowRecord | None, group: str) -> None:

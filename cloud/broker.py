@@ -53,6 +53,7 @@ import ipaddress
 import json
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -76,6 +77,17 @@ ROLES = ("analyst", "correction", "curator", "alerts", "device")
 INGEST_SUFFIX = "-ingest"
 STATUS_SUFFIX = "-status"
 _EXTRA = {"analyst": (INGEST_SUFFIX, STATUS_SUFFIX), "correction": (INGEST_SUFFIX,)}
+
+
+def worker_account(account: str, worker: int | None) -> str:
+    """The account of worker ``worker`` of a scaled-out service (docs/scale-out.md): ``analyst-2``,
+    ``analyst-ingest-3``; ``account`` itself for None. A client id is an account name here, so
+    each worker process needs an account of its own."""
+    if worker is None:
+        return account
+    if worker < 1:
+        raise UsageError("worker numbers start at 1, got %d" % worker)
+    return "%s-%d" % (account, worker)
 
 _RULES = {
     # The round protocol; readings and status as before (a read-only tool may log in as it).
@@ -237,19 +249,29 @@ class Broker:
         if not name or any(c in name for c in "/+#: \t\n"):
             raise BrokerError("invalid account name %r" % name)
         for suffix in (INGEST_SUFFIX, STATUS_SUFFIX):
-            if name.endswith(suffix):
+            if name.endswith(suffix) or re.search(re.escape(suffix) + r"-[0-9]+$", name):
                 raise BrokerError("%r: names ending in %s are the accounts made with their service's"
                                   % (name, suffix))
 
-    def add_account(self, name: str, role: str | None = None, password: str | None = None) -> str:
+    def add_account(self, name: str, role: str | None = None, password: str | None = None,
+                    workers: int = 0) -> str:
         """Create or reset an account (and its ingest account, for the analyst and correction
-        roles); its password, which is kept nowhere in clear: the caller passes it on."""
+        roles); its password, which is kept nowhere in clear: the caller passes it on.
+
+        ``workers`` > 0 also makes the accounts of workers 1..``workers`` of a scaled-out service
+        (``worker_account``: ``analyst-1``, ``analyst-ingest-1``, ...), each with the ACL of
+        the account it is a copy of and the same password."""
         role = role or name
         self._check_name(name, role)
+        if workers < 0 or (workers and role == "device"):
+            raise BrokerError("workers must be >= 0, and a device has none (got %d)" % workers)
         password = password or secrets.token_urlsafe(18)
-        entries = {name: role}
+        base = {name: role}
         for suffix in _EXTRA.get(role, ()):
-            entries[name + suffix] = role + suffix
+            base[name + suffix] = role + suffix
+        entries = dict(base)
+        for k in range(1, workers + 1):
+            entries.update({worker_account(user, k): r for user, r in base.items()})
         self._set_passwords({user: password for user in entries}, entries)
         return password
 

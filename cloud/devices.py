@@ -23,7 +23,7 @@ import re
 from typing import Any
 
 from dpsense.cloud import topics
-from dpsense.cloud.ingest.service import Connection, IngestService
+from dpsense.cloud.ingest.service import Connection, IngestService, shared_filter
 from dpsense.cloud.storage import AnalystStore, DeadLetter, DeviceStatus
 from dpsense.cloud.storage.stream import DEFAULT_GROUP
 
@@ -77,6 +77,7 @@ class StatusSink:
         return self.store.add_statuses(records, dead)
 
 
-def status_ingest(conn: Connection, store: AnalystStore, **kw: Any) -> IngestService:
-    """The ingest loop for ``dpsense/status/+`` into the analyst's store (QoS 1, acknowledged after commit)."""
-    return IngestService(conn, topics.STATUS_ALL, classify_status, StatusSink(store), **kw)
+def status_ingest(conn: Connection, store: AnalystStore, share: str | None = None, **kw: Any) -> IngestService:
+    """The ingest loop for ``dpsense/status/+`` into the analyst's store (QoS 1, acknowledged after
+    commit); ``share``: as one worker of that MQTT shared subscription group."""
+    return IngestService(conn, shared_filter(share, topics.STATUS_ALL), classify_status, StatusSink(store), **kw)

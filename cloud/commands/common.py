@@ -166,10 +166,11 @@ class IngestThread:
     whose command then reports why (``check``)."""
 
     def __init__(self, conn: "Connection", open_store: "Callable[[], object]", role: str,
-                 stop: "threading.Event") -> None:
+                 stop: "threading.Event", share: str | None = None) -> None:
         import threading
         self.error: BaseException | None = None
         self._conn, self._open, self._role, self._stop = conn, open_store, role, stop
+        self._share = share         # an MQTT shared subscription group (docs/scale-out.md), or None
         self.thread = threading.Thread(target=self._run, name="ingest-" + role, daemon=True)
         self.thread.start()
 
@@ -180,7 +181,7 @@ class IngestThread:
             with self._open() as store:  # type: ignore[attr-defined]
                 make = {"analyst": IngestService.for_analyst, "correction": IngestService.for_correction,
                         "status": status_ingest}[self._role]
-                make(self._conn, store).run(self._stop)
+                make(self._conn, store, share=self._share).run(self._stop)
         except BaseException as e:  # noqa: BLE001 - raised again in the command's thread by check()
             self.error = e
             self._stop.set()

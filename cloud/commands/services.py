@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from dpsense.cloud.broker import INGEST_SUFFIX, STATUS_SUFFIX
+from dpsense.cloud.broker import INGEST_SUFFIX, STATUS_SUFFIX, worker_account
 from dpsense.cloud.errors import UsageError
 from dpsense.cloud.commands.common import (
     IngestThread,
@@ -52,11 +52,15 @@ def parser_broker(p: argparse.ArgumentParser) -> None:
                          "their ingest connection, and the analyst NAME-status, the account that stores "
                          "the boards' status messages, with the same password."),
                          epilog=examples("dpsense broker add-account analyst --password-file analyst.pw",
+                                         "dpsense broker add-account analyst --workers 3 --password-file a.pw",
                                          "dpsense broker add-account dashboard --role curator"))
     acc.add_argument("name", help="account name, e.g. analyst")
     acc.add_argument("--role", choices=("analyst", "correction", "curator", "alerts"),
                      help="role (default: the name); alerts: may only read the alert topics")
     acc.add_argument("--password-file", metavar="PATH", help=pw_help)
+    acc.add_argument("--workers", type=count(0), default=0,
+                     help="also make the accounts of workers 1..N of a scaled-out service, same password "
+                          "(NAME-1, NAME-ingest-1, ...: docs/scale-out.md)")
     add_common(acc)
     text = "create or reset device account d<ID> and show its password once"
     dev = sub.add_parser("add-device", help=text, description=text,
@@ -108,7 +112,7 @@ def do_broker(args: argparse.Namespace) -> int:
     st = settings_from(args)
     b = Broker(st.data_dir, port=st.broker_port, host=st.broker_host)
     if args.action == "add-account":
-        _show_password(args, args.name, b.add_account(args.name, args.role))
+        _show_password(args, args.name, b.add_account(args.name, args.role, workers=args.workers))
     elif args.action == "add-device":
         if args.group is not None:
             from dpsense.cloud.devices import check_group
@@ -156,12 +160,21 @@ def do_broker(args: argparse.Namespace) -> int:
 
 def parser_ingest(p: argparse.ArgumentParser) -> None:
     p.epilog = examples("dpsense ingest --role analyst",
-                        "dpsense ingest --role correction --correction-db postgresql://cs@db.example/corrections")
+                        "dpsense ingest --role correction --correction-db postgresql://cs@db.example/corrections",
+                        "dpsense ingest --role analyst --worker 2 --analyst-db postgresql://a@db.example/analyst",
+                        "dpsense ingest --role analyst --worker 3 --retire")
     p.add_argument("--role", choices=("analyst", "correction", "status"), required=True,
                    help="analyst: store reading records; correction: store correction records; status: store "
                         "the boards' status messages in the analyst's store")
     p.add_argument("--user", help="broker account (default: the role's own one: analyst-ingest, "
                                   "correction-ingest, analyst-status)")
+    p.add_argument("--worker", type=count(1),
+                   help="run as worker N of several that share the stream (MQTT shared subscription "
+                        "$share/<role account>/<topic>) under the account <role account>-N "
+                        "(`dpsense broker add-account NAME --workers`); see docs/scale-out.md")
+    p.add_argument("--retire", action="store_true",
+                   help="with --worker: take worker N out of the shared subscription for good: leave the group, "
+                        "store what its session still holds, exit after --idle-exit (default 5) s without a message")
     p.add_argument("--batch-size", type=count(1), default=500, help="messages per commit (default 500)")
     p.add_argument("--idle-exit", type=seconds, help="stop after this many seconds without a message")
     add_password(p)
@@ -174,23 +187,28 @@ def do_ingest(args: argparse.Namespace) -> int:
     from dpsense.cloud.storage.repository import AnalystStore, CorrectionStore
     st = settings_from(args)
     stop = stop_on_sigterm()
-    user = args.user or ("analyst" + STATUS_SUFFIX if args.role == "status" else args.role + INGEST_SUFFIX)
+    if args.retire and args.worker is None:
+        raise UsageError("--retire takes a worker out of a shared subscription: give its --worker N")
+    base = "analyst" + STATUS_SUFFIX if args.role == "status" else args.role + INGEST_SUFFIX
+    user = args.user or worker_account(base, args.worker)
+    # Workers share the stream in one group per role; the group is named after the role's account.
+    share = base if args.worker is not None else None
     conn = connection_for(st, user, broker_password(args, user))
     store: AnalystStore | CorrectionStore
     if args.role == "analyst":
         store = open_analyst_store(st.analyst_db)
-        svc = IngestService.for_analyst(conn, store, batch_size=args.batch_size)
+        svc = IngestService.for_analyst(conn, store, share=share, batch_size=args.batch_size, retire=args.retire)
     elif args.role == "status":
         from dpsense.cloud.devices import status_ingest
         store = open_analyst_store(st.analyst_db)
-        svc = status_ingest(conn, store, batch_size=args.batch_size)
+        svc = status_ingest(conn, store, share=share, batch_size=args.batch_size, retire=args.retire)
     else:
         store = open_correction_store(st.correction_db)
-        svc = IngestService.for_correction(conn, store, batch_size=args.batch_size)
+        svc = IngestService.for_correction(conn, store, share=share, batch_size=args.batch_size, retire=args.retire)
     print("ingest: %s records from %s:%d into %s" % (args.role, st.broker_host, st.broker_port,
           st.correction_db if args.role == "correction" else st.analyst_db), file=sys.stderr, flush=True)
     try:
-        svc.run(stop, idle_exit=args.idle_exit)
+        svc.run(stop, idle_exit=args.idle_exit if args.idle_exit is not None or not args.retire else 5.0)
     except KeyboardInterrupt:
         pass
     finally:
@@ -229,6 +247,11 @@ def do_status(args: argparse.Namespace) -> int:
         if apart:
             print("set apart   %d readings not scored (another column count or config_id than their window): %s"
                   % (sum(apart.values()), ", ".join("device %d: %d" % kv for kv in sorted(apart.items()))))
+        from dpsense.cloud.storage.claims import partition_owners
+        owners = partition_owners(a)
+        if owners:
+            print("partitions  %s" % "; ".join("%s: %s" % (who, ", ".join(groups))
+                                               for who, groups in sorted(owners.items())))
         for w in a.windows(states=("held",), limit=3):
             print("  held: window %d (group %s, %d readings, %d attempts): %s"
                   % (w.id, w.group, w.n, w.attempts, w.last_error))
@@ -248,6 +271,7 @@ def do_status(args: argparse.Namespace) -> int:
 
 def parser_analyst(p: argparse.ArgumentParser) -> None:
     p.epilog = examples("dpsense analyst", "dpsense analyst --window 20000 --flush-idle 5",
+                        "dpsense analyst --worker 2 --no-ingest --analyst-db postgresql://a@db.example/analyst",
                         "dpsense analyst --no-ingest --detector kr --dbscan-eps 8 --dbscan-min-samples 20",
                         "dpsense analyst --correction-mode paper --skip-margin 0.1")
     p.add_argument("--dbscan-eps", type=float, help="DBSCAN radius in data units (default: profile.json, else 12)")
@@ -286,6 +310,13 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
                         "(default 0.05; negative: always run the round)")
     p.add_argument("--no-ingest", action="store_true",
                    help="only detect; other processes run `dpsense ingest --role analyst` and `--role status`")
+    p.add_argument("--worker", type=count(1),
+                   help="run as analyst N of several sharing a PostgreSQL store: account analyst-N, scores only "
+                        "the device groups it claims (its ingest, unless --no-ingest, is worker N of a shared "
+                        "subscription); see docs/scale-out.md")
+    p.add_argument("--lease", type=seconds, default=15.0,
+                   help="with --worker: seconds a claim on a device group lasts unless renewed; a stopped "
+                        "analyst's groups pass to the others after this long (default 15)")
     add_password(p)
     add_common(p)
 
@@ -327,14 +358,22 @@ def do_analyst(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UsageError("--webhook: %s" % e) from None
     stop = stop_on_sigterm()
+    if args.lease < 1:
+        raise UsageError("--lease must be at least 1 s (a third of it passes between renewals)")
+    if args.worker is not None and not st.analyst_db.lower().startswith(("postgresql://", "postgres://")):
+        raise UsageError("--worker: analysts that share windows need a PostgreSQL analyst store "
+                         "(--analyst-db postgresql://...); SQLite serves one analyst")
     opener = lambda: open_analyst_store(st.analyst_db)  # noqa: E731
     opener().close()            # create the database once, before two threads open it
-    pw = broker_password(args, "analyst")
-    analyst = Analyst(connection_for(st, "analyst", pw), opener, params, webhook=args.webhook,
-                      profile=lambda: load_profile(st.data_dir))
+    account = worker_account("analyst", args.worker)
+    pw = broker_password(args, account)
+    analyst = Analyst(connection_for(st, account, pw), opener, params, webhook=args.webhook,
+                      profile=lambda: load_profile(st.data_dir),
+                      owner=account if args.worker is not None else None, lease=args.lease)
     ingests: list[IngestThread] = []
     if not args.no_ingest:
-        ingests = [IngestThread(connection_for(st, "analyst" + suffix, pw), opener, role, stop)
+        ingests = [IngestThread(connection_for(st, worker_account("analyst" + suffix, args.worker), pw), opener,
+                                role, stop, share="analyst" + suffix if args.worker is not None else None)
                    for suffix, role in ((INGEST_SUFFIX, "analyst"), (STATUS_SUFFIX, "status"))]
     try:
         analyst.run(stop, flush_when_idle=args.flush_idle, exit_when_done=args.exit_when_done)
@@ -363,6 +402,10 @@ def parser_correction(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bound", choices=("R1", "R2", "R3"), default="R1", help="FN_L3 upper bound (default R1)")
     p.add_argument("--no-guard", action="store_true", help="accept every split (paper-literal; not advised)")
     p.add_argument("--no-ingest", action="store_true", help="only answer rounds; another process ingests")
+    p.add_argument("--worker", type=count(1),
+                   help="run as correction server N (mode bands): account correction-N, each round answered by "
+                        "one of the servers (shared subscription), its ingest worker N of correction-ingest's "
+                        "(see docs/scale-out.md)")
     add_password(p)
     add_common(p)
 
@@ -402,17 +445,23 @@ def do_correction(args: argparse.Namespace) -> int:
                                 normal_radius=prof.normal_radius_q() if prof is not None else 0.0)
     if not 0 < args.alpha < 1:
         raise UsageError("--alpha must be in (0, 1)")
+    if args.worker is not None and args.correction_mode != "bands":
+        raise UsageError("--worker: correction servers share rounds in mode bands only (a mode paper round is two "
+                         "messages that must reach one server); scale its ingest with `dpsense ingest --role "
+                         "correction --worker N`")
     if args.w_o is not None and not args.w_o >= 0:
         raise UsageError("--w-o must be >= 0 quanta")
     opener = lambda: open_correction_store(st.correction_db)  # noqa: E731
     opener().close()            # create the database once, before two threads open it
-    pw = broker_password(args, "correction")
-    server = CorrectionServer(connection_for(st, "correction", pw), params, opener, mode=args.correction_mode,
-                              waiting=waiting)
+    account = worker_account("correction", args.worker)
+    pw = broker_password(args, account)
+    server = CorrectionServer(connection_for(st, account, pw), params, opener, mode=args.correction_mode,
+                              waiting=waiting, share="correction" if args.worker is not None else None)
     ingest = None
     if not args.no_ingest:
-        ingest = IngestThread(connection_for(st, "correction" + INGEST_SUFFIX, pw), opener,
-                              "correction", stop)
+        ingest = IngestThread(connection_for(st, worker_account("correction" + INGEST_SUFFIX, args.worker), pw),
+                              opener, "correction", stop,
+                              share="correction" + INGEST_SUFFIX if args.worker is not None else None)
     try:
         server.run(stop)
     except KeyboardInterrupt:

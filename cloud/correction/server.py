@@ -13,6 +13,11 @@ a round with an error until its parameters resolve, so the analyst holds the win
 retries. Its round subscription is a clean session: a round sent while the server was down
 is not queued for it (the analyst retries it under a new round id), so a restarted server
 never works through a backlog of abandoned rounds.
+
+Several servers may answer rounds in mode bands (one message per round, no state kept between
+messages): with ``share`` they form one MQTT shared subscription, and each round reaches one
+of them (docs/scale-out.md). A round sent to a server that dies unanswered times out at the
+analyst, which retries it under a new round id.
 """
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ from dpsense.cloud.correction.bands import Bands, band_candidates, lower_edges
 from dpsense.cloud.correction.rules import CorrectionParams, RowReduction, Split, false_negatives, split_presumed
 from dpsense.cloud.correction.secure import BITS, Garbler
 from dpsense.cloud.errors import UsageError
-from dpsense.cloud.ingest.service import Connection
+from dpsense.cloud.ingest.service import Connection, shared_filter
 from dpsense.cloud.session import Session
 
 
@@ -210,7 +215,14 @@ class CorrectionServer:
 
     def __init__(self, conn: Connection, params: CorrectionParams | Callable[[], CorrectionParams | None],
                  open_store: Callable[[], Any], log: Callable[[str], None] | None = None,
-                 mode: str = "paper", waiting: str = "its parameters are not known yet") -> None:
+                 mode: str = "paper", waiting: str = "its parameters are not known yet",
+                 share: str | None = None) -> None:
+        if share is not None and mode != "bands":
+            # A paper round is two messages (presumed, rows) whose state lives in one server.
+            raise UsageError("correction servers share rounds in mode bands only: a mode %s round is two "
+                             "messages that must reach the same server (run one for rounds; scale the "
+                             "ingest with `dpsense ingest --role correction --worker N`)" % mode)
+        self._round_filter = shared_filter(share, topics.ROUND_TO_CS)
         if not callable(params):
             check_mode(mode, params)
         elif mode not in msg.MODES:
@@ -232,12 +244,14 @@ class CorrectionServer:
         c.on_disconnect = lambda cl, u, flags, reason, props: self.session.lost(reason)
         self._reassembler = fragments.Reassembler()
         c.on_message = self._on_message
+        c.on_subscribe = lambda cl, u, mid, codes, props: self.log(
+            "correction server: subscribed to %s" % self._round_filter)
         self._client = c
         self.rounds_done = 0
 
     def _on_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
         if self.session.accepted(reason):
-            client.subscribe(topics.ROUND_TO_CS, qos=1)
+            client.subscribe(self._round_filter, qos=1)
 
     def _on_message(self, client: mqtt.Client, userdata: Any, m: mqtt.MQTTMessage) -> None:
         whole = self._reassembler.feed(bytes(m.payload))

@@ -127,16 +127,34 @@ class _Inbox:
         return bool(self._items) or (self._arrived.wait(timeout) and bool(self._items))
 
 
+def shared_filter(share: str | None, topic_filter: str) -> str:
+    """``topic_filter`` itself, or as a member of the MQTT shared subscription ``share``.
+
+    The broker hands each message of a shared subscription to one of the group's sessions
+    (docs/scale-out.md): N ingest workers with the same ``share`` split the stream between them,
+    each acknowledging only what it committed.
+    """
+    if share is None:
+        return topic_filter
+    if not share or any(c in share for c in "/+#"):
+        raise UsageError("a shared subscription group is a non-empty name without '/', '+' or '#', got %r"
+                         % share)
+    return "$share/%s/%s" % (share, topic_filter)
+
+
 class IngestService:
     """Subscribe to one topic filter and store what arrives; see the module docstring."""
 
     def __init__(self, conn: Connection, topic_filter: str, classify: Callable[[str, bytes, float], Any],
                  store: Any, batch_size: int = 500, batch_wait: float = 0.05,
-                 log: Callable[[str], None] | None = None, progress_every: float = 5.0) -> None:
+                 log: Callable[[str], None] | None = None, progress_every: float = 5.0,
+                 retire: bool = False) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self.conn = conn
         self.topic_filter = topic_filter
+        # Retire a shared-subscription worker: leave the group, then store what its session holds.
+        self.retire = retire
         self.classify = classify
         self.store = store
         self.batch_size = batch_size
@@ -150,12 +168,12 @@ class IngestService:
         self._client = self._make_client()
 
     @classmethod
-    def for_analyst(cls, conn: Connection, store: Any, **kw: Any) -> "IngestService":
-        return cls(conn, topics.READINGS_ALL, classify_reading, store, **kw)
+    def for_analyst(cls, conn: Connection, store: Any, share: str | None = None, **kw: Any) -> "IngestService":
+        return cls(conn, shared_filter(share, topics.READINGS_ALL), classify_reading, store, **kw)
 
     @classmethod
-    def for_correction(cls, conn: Connection, store: Any, **kw: Any) -> "IngestService":
-        return cls(conn, topics.CORRECTIONS, classify_correction, store, **kw)
+    def for_correction(cls, conn: Connection, store: Any, share: str | None = None, **kw: Any) -> "IngestService":
+        return cls(conn, shared_filter(share, topics.CORRECTIONS), classify_correction, store, **kw)
 
     # -- paho callbacks (network thread) ------------------------------------------------
     def _make_client(self) -> mqtt.Client:
@@ -177,6 +195,13 @@ class IngestService:
         self._gen += 1
         if self._gen > 1:
             self.stats.reconnects += 1
+        if self.retire:
+            # The broker stops giving this session a share at once; what it queued for it before
+            # is still delivered, and is stored and acknowledged as usual.
+            client.unsubscribe(self.topic_filter)
+            self.log("ingest: retiring session %s: left %s; storing what it still holds"
+                     % (self.conn.client_id, self.topic_filter))
+            return
         client.subscribe(self.topic_filter, qos=1)
 
     def _on_subscribe(self, client: mqtt.Client, userdata: Any, mid: int, reason_codes: Any, props: Any) -> None:

@@ -49,6 +49,7 @@ from .stream import POSTGRES_V2
 SCHEMA_VERSION = 3
 _SCHEMA_LOCK = 0x6470_7365_0000_0001    # advisory lock keys: "dpse" + a number
 _WRITE_LOCK = 0x6470_7365_0000_0002
+_WINDOW_LOCK = 0x6470_7365_0000_0003
 
 _DEAD_LETTERS_SQL = (
     """CREATE TABLE dead_letters (
@@ -248,6 +249,16 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
     _staging = _READING_STAGING
     _PARAM = "%s"
     _JSON_PARAM = "?::jsonb"
+    # The analyst whose partition claims guard window changes (cloud/storage/claims.py); None:
+    # this store has one analyst.
+    claimant: str | None = None
+
+    def _guard(self, cur: psycopg.Cursor[Any], group: str | None, window: int | None, scoring: bool = False) -> None:
+        # A new window's id is max(id) + 1: analysts closing windows at once take turns.
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_WINDOW_LOCK,))
+        if self.claimant is not None:
+            from .claims import check_claim
+            check_claim(cur, self.claimant, group, window, scoring)
 
     def _upgrade_from_1(self, cur: psycopg.Cursor[Any]) -> None:
         for statement in POSTGRES_V2:

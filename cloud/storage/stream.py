@@ -186,6 +186,12 @@ class StreamTables(TokenListing):
     def _insert_dead(self, cur: Any, dead: Sequence[DeadLetter]) -> None:
         """Store the dead letters ``dead`` with ``cur``."""
 
+    def _guard(self, cur: Any, group: str | None, window: int | None, scoring: bool = False) -> None:
+        """Called first in every transaction that closes, changes or scores a window (``group``
+        or ``window`` names what it touches). Nothing here: one process owns the store. The
+        PostgreSQL store checks there that this analyst still holds the group's partition
+        (cloud/storage/claims.py) and, when ``scoring``, that no one scored the window before."""
+
     def _x(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         cur.execute(self._q(sql), params)
         return cur
@@ -264,6 +270,7 @@ class StreamTables(TokenListing):
         ``end`` default to the first and last arrival. None when no reading qualified."""
         cond, gparams = _group_filter(group)
         with self._write("close a window of group %s" % group) as cur:
+            self._guard(cur, group, None)
             wid = int(self._x(cur, "SELECT coalesce(max(id), -1) + 1 FROM windows").fetchone()[0])
             seq = int(self._x(cur, "SELECT coalesce(max(seq), -1) + 1 FROM windows WHERE grp = ?",
                               (group,)).fetchone()[0])
@@ -371,11 +378,13 @@ class StreamTables(TokenListing):
 
     def start_attempt(self, window: int, round_id: int) -> None:
         with self._write("start a round of window %d" % window) as cur:
+            self._guard(cur, None, window)
             self._x(cur, "UPDATE windows SET attempts = attempts + 1, round_id = ? WHERE id = ?", (round_id, window))
 
     def hold_window(self, window: int, reason: str, at: float, event: str) -> None:
         """A round that could not complete: the window stays without verdicts, and says why."""
         with self._write("hold window %d" % window) as cur:
+            self._guard(cur, None, window)
             self._x(cur, "UPDATE windows SET state = 'held', last_error = ? WHERE id = ? AND state <> 'done'",
                     (reason, window))
             grp = self._x(cur, "SELECT grp FROM windows WHERE id = ?", (window,)).fetchone()
@@ -386,6 +395,7 @@ class StreamTables(TokenListing):
         """Give a closed window's readings back to the pending ones (its record stays, as
         ``carried``); returns how many readings it held."""
         with self._write("carry window %d" % window) as cur:
+            self._guard(cur, None, window)
             row = self._x(cur, "SELECT grp, n FROM windows WHERE id = ? AND state <> 'done'", (window,)).fetchone()
             if row is None:
                 return 0
@@ -401,6 +411,7 @@ class StreamTables(TokenListing):
         apart (``odd``, see ``window_members``) in one transaction."""
         text = json.dumps(payload, allow_nan=False)
         with self._write("store the outcome of window %d" % window) as cur:
+            self._guard(cur, None, window, scoring=True)
             self._x(cur, "DELETE FROM verdicts WHERE win = ?", (window,))
             if verdicts:
                 cur.executemany(self._q("INSERT INTO verdicts (%s) VALUES (%s)"

@@ -1,0 +1,291 @@
+"""Scale-out on one Mosquitto and one PostgreSQL (docs/scale-out.md): three ingest workers share the
+readings and two the correction records through MQTT shared subscriptions, two analysts claim the
+device groups' windows through the database, two correction servers share the rounds (mode bands).
+One worker of each kind (reading ingest, correction ingest, analyst, correction server) is killed
+with SIGKILL mid-stream and started again: every reading and every correction record is stored
+once, and every window is scored once."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import psycopg
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion
+
+from dpsense.cloud import topics
+from dpsense.cloud.broker import Broker, BrokerError, free_port
+from dpsense.cloud.cli import main
+from dpsense.cloud.storage import open_analyst_store, open_correction_store
+from tests.integration.procs import stop
+
+pytestmark = [pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
+                                 reason="Debian package 'mosquitto' is not installed"),
+              pytest.mark.postgres]
+ROOT = Path(__file__).resolve().parents[2]
+RATE = 150                  # readings per second across the fleet
+DURATION = 16               # seconds: 2400 readings, 600 per group
+DEVICES = 8                 # two per group
+GROUPS = ("hall-a", "hall-b", "hall-c", "hall-d")
+WINDOW = 150                # readings per count window: 4 per group
+LEASE = 3.0
+
+
+def _wait(pred, timeout: float, step: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step)
+    return True
+
+
+class Fleet:
+    """The broker, the databases and the services of a scaled-out installation, each its own process."""
+
+    def __init__(self, tmp: Path, pg_url: str) -> None:
+        from tests.pgserver import create_database
+        self.dir = tmp / "data"
+        self.logs = tmp
+        self.analyst_db = create_database(pg_url, "scale_analyst")
+        self.correction_db = create_database(pg_url, "scale_correction")
+        self.broker = Broker(self.dir, port=free_port())
+        self.common = ["--data-dir", str(self.dir), "--broker-port", str(self.broker.port),
+                       "--analyst-db", self.analyst_db, "--correction-db", self.correction_db]
+        self.passwords = {role: self.broker.add_account(role, workers=3) for role in ("analyst", "correction")}
+        for d in range(1, DEVICES + 1):
+            assert main(["broker", "add-device", str(d), "--group", GROUPS[(d - 1) % len(GROUPS)],
+                         *self.common]) == 0
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.broker.start()
+
+    def service(self, name: str, role: str, *args: str) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        if role in self.passwords:
+            env["DPSENSE_BROKER_PASSWORD"] = self.passwords[role]
+        with open(self.logs / ("%s.log" % name), "ab") as log:
+            p = subprocess.Popen([sys.executable, "-m", "dpsense.cloud.cli", *args, *self.common], env=env,
+                                 stdout=log, stderr=log)
+        self.procs[name] = p
+        return p
+
+    def log(self, name: str) -> str:
+        path = self.logs / ("%s.log" % name)
+        return path.read_text() if path.exists() else ""
+
+    def logs_of(self, *names: str) -> str:
+        return "\n".join("--- %s\n%s" % (n, self.log(n)[-3000:]) for n in names)
+
+    def ingest(self, role: str, k: int) -> None:
+        name = "%s-ingest-%d" % (role, k)
+        # Restarted workers append to their log: count the subscriptions, not the lines' presence.
+        before = self.log(name).count("ingest: subscribed to $share/%s-ingest/" % role)
+        self.service(name, role, "ingest", "--role", role, "--worker", str(k), "--batch-size", "100")
+        assert _wait(lambda: self.log(name).count("ingest: subscribed to $share/%s-ingest/" % role) > before, 40), \
+            self.log(name)
+
+    def correction_server(self, k: int) -> None:
+        name = "correction-%d" % k
+        ready = "correction server: subscribed to $share/correction/"
+        before = self.log(name).count(ready)
+        self.service(name, "correction", "correction-server", "--worker", str(k), "--no-ingest")
+        assert _wait(lambda: self.log(name).count(ready) > before, 40), self.log(name)
+
+    def analyst(self, k: int) -> None:
+        self.service("analyst-%d" % k, "analyst", "analyst", "--worker", str(k), "--no-ingest", "--lease",
+                     str(LEASE), "--window", str(WINDOW), "--flush-idle", "3", "--dbscan-min-samples", "10",
+                     "--round-timeout", "5")
+
+    def sql(self, query: str) -> list[tuple]:
+        with psycopg.connect(self.analyst_db, autocommit=True) as conn:
+            return conn.execute(query).fetchall()
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            stop(p)
+        self.broker.stop()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, postgres_url: str) -> Iterator[Fleet]:
+    f = Fleet(tmp_path, postgres_url)
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def test_three_ingest_workers_and_two_analysts_survive_a_kill_of_one_of_each(fleet: Fleet) -> None:
+    total = RATE * DURATION
+    for k in (1, 2):
+        fleet.correction_server(k)
+    for k in (1, 2, 3):
+        fleet.ingest("analyst", k)
+    for k in (1, 2):
+        fleet.ingest("correction", k)
+    fleet.analyst(1)
+    fleet.analyst(2)
+    assert _wait(lambda: "now scores" in fleet.log("analyst-1") and "now scores" in fleet.log("analyst-2"), 40), \
+        fleet.logs_of("analyst-1", "analyst-2")
+    sim = fleet.service("simulate", "analyst", "simulate", "--devices", str(DEVICES), "--rate", str(RATE),
+                        "--duration", str(DURATION), "--n", "4000", "--epsilon", "2", "--seed", "3")
+
+    # Mid-stream: SIGKILL, no chance to flush a batch or release a claim.
+    with open_analyst_store(fleet.analyst_db) as store:
+        assert _wait(lambda: store.count() >= total // 4, 40), fleet.logs_of("simulate", "analyst-ingest-1")
+    every = "now scores groups default, hall-a, hall-b, hall-c, hall-d"
+    before = fleet.log("analyst-1").count(every)      # once, when it started alone
+    for name in ("analyst-ingest-2", "correction-ingest-1", "analyst-2", "correction-2"):
+        fleet.procs[name].kill()
+        fleet.procs[name].wait()
+    killed_at = time.monotonic()
+    # analyst-1 takes over every group once analyst-2's lease has run out ...
+    assert _wait(lambda: fleet.log("analyst-1").count(every) > before, 4 * LEASE), fleet.logs_of("analyst-1")
+    assert time.monotonic() - killed_at >= LEASE * 0.5
+    # ... and the restarted workers rejoin: the ingest sessions are resumed, analyst-2 claims its share again.
+    fleet.ingest("analyst", 2)
+    fleet.ingest("correction", 1)
+    fleet.analyst(2)
+    fleet.correction_server(2)
+    assert sim.wait(90) == 0, fleet.log("simulate")
+
+    def settled() -> bool:
+        with open_analyst_store(fleet.analyst_db) as a, open_correction_store(fleet.correction_db) as c:
+            counts = a.window_counts()
+            pending = a.pending_by_group(0, a.max_row_id())
+            return (a.count() == total and c.count() == total and counts["closed"] + counts["held"] == 0
+                    and all(p.count < 20 for p in pending.values()))
+    assert _wait(settled, 60), fleet.logs_of("analyst-1", "analyst-2", "correction-1", "analyst-ingest-2")
+
+    with open_analyst_store(fleet.analyst_db) as a, open_correction_store(fleet.correction_db) as c:
+        windows = a.windows()
+        results = dict(a.window_results())
+        # Every reading once: the stored rows are the published ones, each (device, boot, seq) once.
+        assert a.count() == total and len(set(a.token_array().tolist())) == total
+        assert c.count() == total and set(c.token_array().tolist()) == set(a.token_array().tolist())
+        gaps = a.gaps()
+        assert len(gaps) == DEVICES and sum(g.missing for g in gaps) == 0
+        pending = a.pending_by_group(0, a.max_row_id())
+    # Every window scored once, by one of the analysts, with its readings in no other window.
+    done = [w for w in windows if w.state == "done"]
+    assert {w.group for w in done} == set(GROUPS)
+    assert len(done) >= len(GROUPS) * (total // len(GROUPS) // WINDOW - 1)
+    assert sorted(results) == sorted(w.id for w in done)
+    scored = fleet.sql("SELECT window_id, owner FROM dpsense_scored ORDER BY window_id")
+    assert [wid for wid, _ in scored] == sorted(w.id for w in done)
+    assert {owner for _, owner in scored} == {"analyst-1", "analyst-2"}
+    assert sum(w.n for w in windows if w.state != "carried") + sum(p.count for p in pending.values()) == total
+    assert fleet.sql("SELECT count(*), count(DISTINCT win) FROM readings WHERE win IS NOT NULL")[0][1] == \
+        len([w for w in windows if w.state != "carried"])
+    for g in GROUPS:                                            # a group's windows in order, none twice
+        seqs = [w.seq for w in windows if w.group == g]
+        assert seqs == sorted(set(seqs))
+    # The restarted analyst holds a share again; the claims cover every group once; `dpsense status` says so.
+    claims = dict(fleet.sql("SELECT grp, owner FROM dpsense_claims"))
+    assert set(claims) == set(GROUPS) | {"default"} and set(claims.values()) <= {"analyst-1", "analyst-2"}
+    status = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "status", *fleet.common], capture_output=True,
+                            text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
+    assert status.returncode == 0, status.stderr
+    line = next(x for x in status.stdout.splitlines() if x.startswith("partitions"))
+    for owner in set(claims.values()):
+        assert "%s: %s" % (owner, ", ".join(sorted(g for g, o in claims.items() if o == owner))) in line
+
+
+def _client(broker: Broker, user: str, password: str, got: list[tuple[str, bytes]] | None = None) -> mqtt.Client:
+    c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=user, protocol=mqtt.MQTTv311)
+    c.username_pw_set(user, password)
+    if got is not None:
+        c.on_message = lambda cl, u, m: got.append((m.topic, bytes(m.payload)))
+    c.connect(broker.host, broker.port)
+    c.loop_start()
+    assert _wait(c.is_connected, 5, 0.02)
+    return c
+
+
+def test_worker_accounts_share_a_stream_with_their_role_s_acl(tmp_path: Path) -> None:
+    """Two ingest workers in one shared subscription get each reading once between them, and the
+    worker accounts are bound by the ACL of the account they copy: no correction record reaches
+    an analyst worker, whichever filter it subscribes to."""
+    broker = Broker(tmp_path, port=free_port())
+    pw = broker.add_account("analyst", workers=2)
+    dev, dev_pw = broker.add_device(7)
+    assert {"analyst-1", "analyst-2", "analyst-ingest-1", "analyst-ingest-2", "analyst-status-2"} <= set(
+        broker.accounts())
+    with pytest.raises(BrokerError):
+        broker.add_account("analyst-ingest-3", "analyst")         # a worker name is not a role account
+    with broker.running():
+        got: list[list[tuple[str, bytes]]] = [[], []]
+        workers = [_client(broker, "analyst-ingest-%d" % k, pw, got[k - 1]) for k in (1, 2)]
+        for w in workers:
+            for topic in (topics.READINGS_ALL, topics.CORRECTIONS):
+                w.subscribe("$share/analyst-ingest/" + topic, qos=1)
+        time.sleep(0.5)
+        board = _client(broker, dev, dev_pw)
+        sent = [b"r%d" % i for i in range(40)]
+        for payload in sent:
+            board.publish(topics.READINGS % dev, payload, qos=1).wait_for_publish(5)
+        board.publish(topics.CORRECTIONS, b"secret", qos=1).wait_for_publish(5)
+        assert _wait(lambda: len(got[0]) + len(got[1]) >= len(sent), 10)
+        time.sleep(0.5)
+        for c in [*workers, board]:
+            c.disconnect()
+            c.loop_stop()
+    assert sorted(p for g in got for _, p in g) == sorted(sent)     # each once, no correction record
+    assert got[0] and got[1]                                        # and split between the workers
+
+
+def test_a_retired_worker_stores_its_queued_share_and_gets_no_more(tmp_path: Path) -> None:
+    """Mosquitto keeps giving an offline member of a shared group its share; `dpsense ingest --worker 2
+    --retire` leaves the group and stores what the session held: nothing is lost, later readings go
+    to the others."""
+    from dpsense.protocol.wire import encode_reading
+    broker = Broker(tmp_path, port=free_port())
+    pw = broker.add_account("analyst", workers=2)
+    dev, dev_pw = broker.add_device(7)
+    db = "sqlite:///%s" % (tmp_path / "analyst.db")
+    shared = "$share/analyst-ingest/" + topics.READINGS_ALL
+    with broker.running():
+        away = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="analyst-ingest-2", clean_session=False,
+                           protocol=mqtt.MQTTv311)
+        away.username_pw_set("analyst-ingest-2", pw)
+        away.connect(broker.host, broker.port)
+        away.loop_start()
+        assert _wait(away.is_connected, 5, 0.02)
+        away.subscribe(shared, qos=1)
+        time.sleep(0.3)
+        away.disconnect()                                       # worker 2 is gone; its session stays
+        away.loop_stop()
+        got: list[tuple[str, bytes]] = []
+        one = _client(broker, "analyst-ingest-1", pw, got)
+        one.subscribe(shared, qos=1)
+        time.sleep(0.3)
+        board = _client(broker, dev, dev_pw)
+
+        def send(seqs: range) -> None:
+            for s in seqs:
+                board.publish(topics.READINGS % dev, encode_reading(7, 1, s, bytes([s]) * 8, 1, (s, -s)),
+                              qos=1).wait_for_publish(5)
+        send(range(20))
+        assert _wait(lambda: len(got) >= 10, 10)
+        args = ["ingest", "--role", "analyst", "--worker", "2", "--retire", "--idle-exit", "2",
+                "--data-dir", str(tmp_path), "--broker-port", str(broker.port), "--analyst-db", db]
+        res = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", *args], capture_output=True, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT), DPSENSE_BROKER_PASSWORD=pw), timeout=60)
+        assert res.returncode == 0 and "retiring session analyst-ingest-2" in res.stderr, res.stderr
+        send(range(20, 30))
+        assert _wait(lambda: len(got) >= 20, 10)
+        time.sleep(0.3)
+        for c in (one, board):
+            c.disconnect()
+            c.loop_stop()
+    with open_analyst_store(db) as store:
+        stored = {r.seq for _, r in store.readings_after(0, 100)}
+    taken = {s for s in range(30) if any(p == encode_reading(7, 1, s, bytes([s]) * 8, 1, (s, -s)) for _, p in got)}
+    assert len(got) == len(taken) == 20 and taken >= set(range(20, 30))  # all later readings went to worker 1
+    assert stored == set(range(20)) - taken and len(stored) == 10        # worker 2's queued share, stored once
