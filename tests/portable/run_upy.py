@@ -15,6 +15,7 @@ MODULES = (
     "tests.portable.test_tokens",
     "tests.portable.test_layout",
     "tests.portable.test_wire",
+    "tests.portable.test_seal",
     "tests.portable.test_framing",
     "tests.portable.test_mechanism",
     "tests.portable.test_node",

@@ -1,0 +1,316 @@
+"""The correction server's side of the sealed correction record (kind 3, docs/protocol.md).
+
+    keys = KeyStore.for_data_dir(data_dir)        # <data_dir>/correction-keys/keys.json, 0600
+    enc_mac = keys.add_device(7)                  # what `tools/flash.py provision` does
+    ingest = SealedIngest(keys, ReplayGuard(keys.folder / "nonces.db"))
+    ingest.classify(topic, payload, received_at)  # Correction or DeadLetter (with the reason)
+
+Guarantee: towards the broker, a gateway and any subscriber of the corrections topic, a
+kind-3 record hides its token and d_diff (AES-128-CTR) and cannot be altered or made up
+(HMAC-SHA-256, 128-bit tag) without the device's keys, which only the board and this key
+store hold. The clear header (device, boot, seq, nonce) is what the reading already
+shows. The correction server learns which device a record comes from: it needs the
+device to pick the key.
+
+Verification uses ``cryptography`` (HMAC-SHA-256, AES-CTR; the tag compared in constant
+time) and decrypts only after the tag checked. Replays: per device, the nonces accepted
+within the last ``window`` below the highest are kept with a digest of their record. A
+byte-identical resend is a duplicate (boards resend the same bytes); the same nonce with
+other bytes, or a nonce ``window`` or more below the highest accepted, is a dead letter.
+The guard's state is written after the batch's records are committed
+(``SealedStore.add_batch``), so a crash in between loses no record; it can only forget
+the nonces of that one batch.
+
+A plain correction record (kind 2) is accepted only from a device the key store lists as
+plaintext (``KeyStore.set_plaintext``): a device with keys, or an unknown one, cannot be
+downgraded by sending the record in clear. The record of the 28-byte kind-2 layout names
+its device; one of the 16-byte layout names none and is refused.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import sqlite3
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import constant_time, hashes, hmac
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from dpsense.cloud import topics
+from dpsense.cloud.errors import UsageError
+from dpsense.cloud.files import private_dir, write_private
+from dpsense.cloud.storage.repository import Correction, DeadLetter
+from dpsense.protocol import seal, wire
+
+KEY_DIR = "correction-keys"
+KEY_FILE = "keys.json"
+NONCE_FILE = "nonces.db"
+WINDOW = 4096                   # nonces kept per device below the highest accepted
+# The 28-byte plain correction record that names its device: version, kind=2, reserved,
+# device_id, boot_id, seq, token, d_diff.
+_PLAIN_NAMED = "<BBHIII8si"
+_PLAIN_NAMED_SIZE = struct.calcsize(_PLAIN_NAMED)
+
+
+class SealedError(ValueError):
+    """A sealed record that is refused; the text is the dead letter's reason."""
+
+
+@dataclass(frozen=True)
+class DeviceKeys:
+    enc: bytes
+    mac: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.enc) != seal.ENC_KEY_SIZE or len(self.mac) != seal.MAC_KEY_SIZE:
+            raise ValueError("device keys are %d + %d bytes" % (seal.ENC_KEY_SIZE, seal.MAC_KEY_SIZE))
+        if self.enc == self.mac[:seal.ENC_KEY_SIZE]:
+            raise ValueError("the encryption and MAC keys must be independent")
+
+    def to_bytes(self) -> bytes:
+        """The board's key file: enc || mac."""
+        return self.enc + self.mac
+
+
+@dataclass
+class KeyStore:
+    """Per-device keys and the plaintext switch, in one 0600 JSON file of the correction
+    server's own folder (0700). Read again whenever the file changes, so a device
+    provisioned while the server runs is known at its first record."""
+
+    folder: Path
+    _keys: dict[int, DeviceKeys] = field(default_factory=dict)
+    _plaintext: set[int] = field(default_factory=set)
+    _stamp: tuple[int, int] | None = None
+
+    @classmethod
+    def for_data_dir(cls, data_dir: Path | str) -> "KeyStore":
+        return cls(Path(data_dir) / KEY_DIR)
+
+    @property
+    def path(self) -> Path:
+        return self.folder / KEY_FILE
+
+    def _refresh(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._keys, self._plaintext, self._stamp = {}, set(), None
+            return
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self._stamp:
+            return
+        if st.st_mode & 0o077:
+            raise UsageError("key store %s: group or others may read it (chmod 600)" % self.path)
+        try:
+            doc = json.loads(self.path.read_text())
+            keys = {int(d): DeviceKeys(bytes.fromhex(k["enc"]), bytes.fromhex(k["mac"]))
+                    for d, k in doc.get("keys", {}).items()}
+            plain = {int(d) for d in doc.get("plaintext", [])}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise UsageError("key store %s: unreadable (%s)" % (self.path, e)) from None
+        self._keys, self._plaintext, self._stamp = keys, plain, stamp
+
+    def keys_of(self, device_id: int) -> DeviceKeys | None:
+        self._refresh()
+        return self._keys.get(device_id)
+
+    def is_plaintext(self, device_id: int) -> bool:
+        self._refresh()
+        return device_id in self._plaintext
+
+    def devices(self) -> tuple[list[int], list[int]]:
+        """``(sealed, plaintext)`` device ids, sorted."""
+        self._refresh()
+        return sorted(self._keys), sorted(self._plaintext)
+
+    def _write(self) -> None:
+        private_dir(self.folder)
+        doc = {"keys": {str(d): {"enc": k.enc.hex(), "mac": k.mac.hex()} for d, k in sorted(self._keys.items())},
+               "plaintext": sorted(self._plaintext)}
+        tmp = self.folder / (KEY_FILE + ".tmp")
+        write_private(tmp, json.dumps(doc, indent=1))
+        os.replace(tmp, self.path)
+        self._stamp = None
+
+    def add_device(self, device_id: int, keys: DeviceKeys | None = None) -> DeviceKeys:
+        """New independent keys for ``device_id`` (from the OS CSPRNG), replacing any it had
+        and its plaintext switch; the board gets ``to_bytes()`` with a fresh ledger."""
+        if not 0 < device_id <= 0xFFFFFFFF:
+            raise UsageError("device id must be in 1..2**32-1, got %d" % device_id)
+        self._refresh()
+        k = keys or DeviceKeys(secrets.token_bytes(seal.ENC_KEY_SIZE), secrets.token_bytes(seal.MAC_KEY_SIZE))
+        self._keys[device_id] = k
+        self._plaintext.discard(device_id)
+        self._write()
+        return k
+
+    def set_plaintext(self, device_id: int) -> None:
+        """Accept plain (kind 2) correction records from ``device_id``, which then has no keys:
+        for a board without AES (the micro:bit). Reported by `dpsense status`."""
+        if not 0 < device_id <= 0xFFFFFFFF:
+            raise UsageError("device id must be in 1..2**32-1, got %d" % device_id)
+        self._refresh()
+        self._keys.pop(device_id, None)
+        self._plaintext.add(device_id)
+        self._write()
+
+
+def open_record(keys: DeviceKeys, payload: bytes) -> tuple[int, int, int, int, bytes, int]:
+    """``(device_id, boot_id, seq, nonce, token, d_diff)`` of a sealed record whose tag checks
+    under ``keys``; SealedError otherwise. The tag is checked before anything is decrypted."""
+    if len(payload) != seal.SEALED_SIZE:
+        raise SealedError("sealed record must be %d bytes, got %d" % (seal.SEALED_SIZE, len(payload)))
+    body_end = seal.HEAD_SIZE + seal.BODY_SIZE
+    h = hmac.HMAC(keys.mac, hashes.SHA256())
+    h.update(payload[:body_end])
+    if not constant_time.bytes_eq(h.finalize()[:seal.TAG_SIZE], payload[body_end:]):
+        raise SealedError("forged or damaged: the tag does not match")
+    version, kind, reserved, device_id, boot_id, seq, nonce = struct.unpack_from(seal.HEAD, payload, 0)
+    if reserved != 0:
+        raise SealedError("reserved field must be 0, got %d" % reserved)
+    dec = Cipher(algorithms.AES(keys.enc), modes.CTR(seal.counter_block(device_id, nonce))).decryptor()
+    token, d_diff = struct.unpack(seal.BODY, dec.update(payload[seal.HEAD_SIZE:body_end]) + dec.finalize())
+    if d_diff == wire.INT32_MIN:
+        raise SealedError("d_diff -2**31 is reserved")
+    return device_id, boot_id, seq, nonce, token, d_diff
+
+
+class ReplayGuard:
+    """Per device: the highest nonce accepted and the digests of those within ``window``
+    below it; in SQLite at ``path`` (None: memory only). ``check`` stages, ``commit`` writes."""
+
+    def __init__(self, path: Path | str | None = None, window: int = WINDOW) -> None:
+        if window < 1:
+            raise ValueError("window must be >= 1")
+        self.window = window
+        self._high: dict[int, int] = {}
+        self._seen: dict[tuple[int, int], bytes] = {}
+        self._dirty: set[tuple[int, int]] = set()
+        self._db: sqlite3.Connection | None = None
+        if path is not None:
+            self._db = sqlite3.connect(str(path))
+            os.chmod(path, 0o600)
+            self._db.execute("CREATE TABLE IF NOT EXISTS nonces (device INTEGER, nonce INTEGER, "
+                             "digest BLOB, PRIMARY KEY (device, nonce))")
+            self._db.commit()
+            for d, n, g in self._db.execute("SELECT device, nonce, digest FROM nonces"):
+                self._seen[(d, n)] = bytes(g)
+                self._high[d] = max(n, self._high.get(d, -1))
+
+    def check(self, device_id: int, nonce: int, payload: bytes) -> bool:
+        """True: new (staged); False: a byte-identical resend; SealedError: a replay."""
+        digest = hashlib.sha256(payload).digest()
+        key = (device_id, nonce)
+        old = self._seen.get(key)
+        if old is not None:
+            if old == digest:
+                return False
+            raise SealedError("replayed nonce %d of device %d with different bytes" % (nonce, device_id))
+        high = self._high.get(device_id, -1)
+        if nonce <= high - self.window:
+            raise SealedError("replayed: nonce %d of device %d is %d or more below the highest accepted (%d)"
+                              % (nonce, device_id, self.window, high))
+        self._seen[key] = digest
+        self._dirty.add(key)
+        if nonce > high:
+            self._high[device_id] = nonce
+        return True
+
+    def commit(self) -> None:
+        """Persist what was staged and forget the nonces that fell out of the window."""
+        gone = [k for k in self._seen if k[1] <= self._high[k[0]] - self.window]
+        for k in gone:
+            del self._seen[k]
+            self._dirty.discard(k)
+        if self._db is not None:
+            with self._db:
+                self._db.executemany("INSERT OR REPLACE INTO nonces VALUES (?, ?, ?)",
+                                     [(d, n, self._seen[(d, n)]) for d, n in self._dirty])
+                self._db.executemany("DELETE FROM nonces WHERE device = ? AND nonce = ?", gone)
+        self._dirty.clear()
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+class SealedIngest:
+    """The correction server's classifier: sealed records opened, plain ones only from
+    plaintext devices, everything else a dead letter with its reason."""
+
+    def __init__(self, keys: KeyStore, guard: ReplayGuard) -> None:
+        self.keys = keys
+        self.guard = guard
+
+    def classify(self, topic: str, payload: bytes, received_at: float) -> Correction | DeadLetter:
+        def dead(reason: str) -> DeadLetter:
+            return DeadLetter(topic, payload, reason, received_at)
+        try:
+            if topic != topics.CORRECTIONS:
+                return dead("not the corrections topic")
+            if len(payload) < 2 or payload[0] != wire.VERSION:
+                return dead("malformed: not a v1 message")
+            kind = payload[1]
+            if kind == seal.KIND_SEALED:
+                if len(payload) < seal.HEAD_SIZE:
+                    return dead("malformed: sealed record must be %d bytes, got %d"
+                                % (seal.SEALED_SIZE, len(payload)))
+                device_id = struct.unpack_from("<I", payload, 4)[0]
+                keys = self.keys.keys_of(device_id)
+                if keys is None:
+                    return dead("no key for device %d (tools/flash.py provision gives it one)" % device_id)
+                device_id, _, _, nonce, token, d_diff = open_record(keys, payload)
+                self.guard.check(device_id, nonce, payload)
+                return Correction(token, d_diff, received_at)
+            if kind == wire.KIND_CORRECTION:
+                if len(payload) != _PLAIN_NAMED_SIZE:
+                    return dead("plain correction record names no device: refused (only sealed records, "
+                                "or the %d-byte plain record of a device configured plaintext)" % _PLAIN_NAMED_SIZE)
+                _, _, reserved, device_id, _, _, token, d_diff = struct.unpack(_PLAIN_NAMED, payload)
+                if not self.keys.is_plaintext(device_id):
+                    return dead("plain correction record from device %d, which is not configured plaintext: "
+                                "refused (no downgrade)" % device_id)
+                if reserved != 0 or d_diff == wire.INT32_MIN:
+                    return dead("malformed: reserved field or d_diff")
+                return Correction(token, d_diff, received_at)
+            return dead("kind %d message on the corrections topic" % kind)
+        except SealedError as e:
+            return dead(str(e))
+        except UsageError:
+            raise                   # an unreadable key store stops the service, with its reason
+        except Exception as e:  # the service must outlive any payload
+            return dead("unexpected %s: %s" % (type(e).__name__, e))
+
+
+class SealedStore:
+    """A correction store whose ``add_batch`` persists the replay guard after the commit;
+    everything else is the wrapped store's."""
+
+    def __init__(self, store: Any, guard: ReplayGuard) -> None:
+        self._store = store
+        self._guard = guard
+
+    def add_batch(self, corrections: list[Correction], dead: list[DeadLetter]) -> int:
+        n = int(self._store.add_batch(corrections, dead))
+        self._guard.commit()
+        return n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def sealed_ingest(conn: Any, store: Any, data_dir: Path | str, **kw: Any) -> Any:
+    """The correction server's ingest service with sealed records (cloud/ingest/service.py)."""
+    from dpsense.cloud.ingest.service import IngestService
+    keys = KeyStore.for_data_dir(data_dir)
+    private_dir(keys.folder)
+    guard = ReplayGuard(keys.folder / NONCE_FILE)
+    return IngestService(conn, topics.CORRECTIONS, SealedIngest(keys, guard).classify,
+                         SealedStore(store, guard), **kw)
