@@ -33,17 +33,15 @@ import struct
 from hashlib import sha256
 
 try:
-    from .layout import INT32_MAX, INT32_MIN, TOKEN_SIZE, VERSION
+    from .layout import (INT32_MAX, INT32_MIN, KIND_SEALED, SEALED_BODY as BODY,
+                         SEALED_BODY_SIZE as BODY_SIZE, SEALED_HEAD as HEAD,
+                         SEALED_HEAD_SIZE as HEAD_SIZE, SEALED_SIZE, SEALED_TAG_SIZE as TAG_SIZE,
+                         TOKEN_SIZE, VERSION)
 except ImportError:
-    from layout import INT32_MAX, INT32_MIN, TOKEN_SIZE, VERSION
-
-KIND_SEALED = 3
-HEAD = "<BBHIIII"            # version, kind, reserved, device_id, boot_id, seq, nonce
-HEAD_SIZE = 20
-BODY = "<8si"                # token, d_diff: the plaintext
-BODY_SIZE = 12
-TAG_SIZE = 16
-SEALED_SIZE = HEAD_SIZE + BODY_SIZE + TAG_SIZE       # 48
+    from layout import (INT32_MAX, INT32_MIN, KIND_SEALED, SEALED_BODY as BODY,
+                        SEALED_BODY_SIZE as BODY_SIZE, SEALED_HEAD as HEAD,
+                        SEALED_HEAD_SIZE as HEAD_SIZE, SEALED_SIZE, SEALED_TAG_SIZE as TAG_SIZE,
+                        TOKEN_SIZE, VERSION)
 ENC_KEY_SIZE = 16
 MAC_KEY_SIZE = 32
 KEYS_SIZE = ENC_KEY_SIZE + MAC_KEY_SIZE              # the board's key file: enc || mac

@@ -185,8 +185,9 @@ def do_ingest(args: argparse.Namespace) -> int:
         store = open_analyst_store(st.analyst_db)
         svc = status_ingest(conn, store, batch_size=args.batch_size)
     else:
+        from dpsense.cloud.correction.sealed import sealed_ingest
         store = open_correction_store(st.correction_db)
-        svc = IngestService.for_correction(conn, store, batch_size=args.batch_size)
+        svc = sealed_ingest(conn, store, st.data_dir, batch_size=args.batch_size)
     print("ingest: %s records from %s:%d into %s" % (args.role, st.broker_host, st.broker_port,
           st.correction_db if args.role == "correction" else st.analyst_db), file=sys.stderr, flush=True)
     try:
@@ -239,6 +240,10 @@ def do_status(args: argparse.Namespace) -> int:
         print("correction  %d records, %d dead letters (%d distinct)"
               % (c.count(), c.dead_letter_messages(), c.dead_letter_count()))
         ctokens = c.token_array()
+    from dpsense.cloud.correction.sealed import KeyStore
+    sealed, plain = KeyStore.for_data_dir(st.data_dir).devices()
+    print("sealing     correction records sealed end to end for %d devices; plaintext (readable by the broker "
+          "and a gateway) for %s" % (len(sealed), "devices " + ", ".join(map(str, plain)) if plain else "none"))
     only_a = np.setdiff1d(tokens, ctokens).size
     only_c = np.setdiff1d(ctokens, tokens).size
     print("matching    %d readings without a correction record, %d correction records without a reading"
@@ -411,7 +416,7 @@ def do_correction(args: argparse.Namespace) -> int:
     ingest = None
     if not args.no_ingest:
         ingest = IngestThread(connection_for(st, "correction" + INGEST_SUFFIX, pw), opener,
-                              "correction", stop)
+                              "correction", stop, data_dir=st.data_dir)
     try:
         server.run(stop)
     except KeyboardInterrupt:

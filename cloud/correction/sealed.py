@@ -51,10 +51,10 @@ KEY_DIR = "correction-keys"
 KEY_FILE = "keys.json"
 NONCE_FILE = "nonces.db"
 WINDOW = 4096                   # nonces kept per device below the highest accepted
-# The 28-byte plain correction record that names its device: version, kind=2, reserved,
-# device_id, boot_id, seq, token, d_diff.
-_PLAIN_NAMED = "<BBHIII8si"
-_PLAIN_NAMED_SIZE = struct.calcsize(_PLAIN_NAMED)
+# The 28-byte plain correction record that names its device (the `ack` layout of kind 2):
+# version, kind=2, reserved, device_id, boot_id, seq (this head), then token and d_diff.
+_PLAIN_NAMED_HEAD = "<BBHIII"
+_PLAIN_NAMED_SIZE = struct.calcsize(_PLAIN_NAMED_HEAD) + wire.TOKEN_SIZE + 4
 
 
 class SealedError(ValueError):
@@ -273,7 +273,9 @@ class SealedIngest:
                 if len(payload) != _PLAIN_NAMED_SIZE:
                     return dead("plain correction record names no device: refused (only sealed records, "
                                 "or the %d-byte plain record of a device configured plaintext)" % _PLAIN_NAMED_SIZE)
-                _, _, reserved, device_id, _, _, token, d_diff = struct.unpack(_PLAIN_NAMED, payload)
+                _, _, reserved, device_id, _, _ = struct.unpack_from(_PLAIN_NAMED_HEAD, payload, 0)
+                token = bytes(payload[16:16 + wire.TOKEN_SIZE])
+                d_diff = struct.unpack_from("<i", payload, 16 + wire.TOKEN_SIZE)[0]
                 if not self.keys.is_plaintext(device_id):
                     return dead("plain correction record from device %d, which is not configured plaintext: "
                                 "refused (no downgrade)" % device_id)
@@ -314,3 +316,26 @@ def sealed_ingest(conn: Any, store: Any, data_dir: Path | str, **kw: Any) -> Any
     guard = ReplayGuard(keys.folder / NONCE_FILE)
     return IngestService(conn, topics.CORRECTIONS, SealedIngest(keys, guard).classify,
                          SealedStore(store, guard), **kw)
+
+
+class _EcbBlock:
+    """The AES block function from ``cryptography``, in the shape shared_protocol/seal.py takes
+    from a board's cryptolib (``encrypt`` of one block): the simulator seals as a board does."""
+
+    def __init__(self, key: bytes) -> None:
+        self._enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
+
+    def encrypt(self, block: bytes | bytearray) -> bytes:
+        return self._enc.update(bytes(block))
+
+
+def sealer_for(keys: DeviceKeys) -> seal.Sealer:
+    """A board's sealer for ``keys``, running on CPython."""
+    return seal.Sealer(keys.enc, keys.mac, aes=_EcbBlock)
+
+
+def provision_keys(data_dir: Path | str, device_ids: list[int]) -> list[DeviceKeys]:
+    """New keys for each device, written to the correction server's key store (what
+    `tools/flash.py provision` does for a board); a simulated fleet holds them in memory."""
+    store = KeyStore.for_data_dir(data_dir)
+    return [store.add_device(d) for d in device_ids]
