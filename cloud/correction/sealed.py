@@ -76,6 +76,12 @@ class DeviceKeys:
         """The board's key file: enc || mac."""
         return self.enc + self.mac
 
+    @property
+    def key_id(self) -> str:
+        """Names this key pair in the replay guard: new keys (with a fresh ledger, whose
+        counter starts again) start a new nonce history."""
+        return hashlib.sha256(b"dpsense key id" + self.enc + self.mac).hexdigest()[:16]
+
 
 @dataclass
 class KeyStore:
@@ -182,44 +188,46 @@ def open_record(keys: DeviceKeys, payload: bytes) -> tuple[int, int, int, int, b
 
 
 class ReplayGuard:
-    """Per device: the highest nonce accepted and the digests of those within ``window``
-    below it; in SQLite at ``path`` (None: memory only). ``check`` stages, ``commit`` writes."""
+    """Per device and key pair: the highest nonce accepted and the digests of those within
+    ``window`` below it; in SQLite at ``path`` (None: memory only). ``check`` stages,
+    ``commit`` writes."""
 
     def __init__(self, path: Path | str | None = None, window: int = WINDOW) -> None:
         if window < 1:
             raise ValueError("window must be >= 1")
         self.window = window
-        self._high: dict[int, int] = {}
-        self._seen: dict[tuple[int, int], bytes] = {}
-        self._dirty: set[tuple[int, int]] = set()
+        self._high: dict[str, int] = {}
+        self._seen: dict[tuple[str, int], bytes] = {}
+        self._dirty: set[tuple[str, int]] = set()
         self._db: sqlite3.Connection | None = None
         if path is not None:
             self._db = sqlite3.connect(str(path))
             os.chmod(path, 0o600)
-            self._db.execute("CREATE TABLE IF NOT EXISTS nonces (device INTEGER, nonce INTEGER, "
+            self._db.execute("CREATE TABLE IF NOT EXISTS nonces (device TEXT, nonce INTEGER, "
                              "digest BLOB, PRIMARY KEY (device, nonce))")
             self._db.commit()
             for d, n, g in self._db.execute("SELECT device, nonce, digest FROM nonces"):
                 self._seen[(d, n)] = bytes(g)
                 self._high[d] = max(n, self._high.get(d, -1))
 
-    def check(self, device_id: int, nonce: int, payload: bytes) -> bool:
+    def check(self, device_id: int, nonce: int, payload: bytes, key_id: str = "") -> bool:
         """True: new (staged); False: a byte-identical resend; SealedError: a replay."""
         digest = hashlib.sha256(payload).digest()
-        key = (device_id, nonce)
+        dev = "%d:%s" % (device_id, key_id)
+        key = (dev, nonce)
         old = self._seen.get(key)
         if old is not None:
             if old == digest:
                 return False
             raise SealedError("replayed nonce %d of device %d with different bytes" % (nonce, device_id))
-        high = self._high.get(device_id, -1)
+        high = self._high.get(dev, -1)
         if nonce <= high - self.window:
             raise SealedError("replayed: nonce %d of device %d is %d or more below the highest accepted (%d)"
                               % (nonce, device_id, self.window, high))
         self._seen[key] = digest
         self._dirty.add(key)
         if nonce > high:
-            self._high[device_id] = nonce
+            self._high[dev] = nonce
         return True
 
     def commit(self) -> None:
@@ -267,7 +275,7 @@ class SealedIngest:
                 if keys is None:
                     return dead("no key for device %d (tools/flash.py provision gives it one)" % device_id)
                 device_id, _, _, nonce, token, d_diff = open_record(keys, payload)
-                self.guard.check(device_id, nonce, payload)
+                self.guard.check(device_id, nonce, payload, keys.key_id)
                 return Correction(token, d_diff, received_at)
             if kind == wire.KIND_CORRECTION:
                 if len(payload) != _PLAIN_NAMED_SIZE:

@@ -142,6 +142,17 @@ class CloudSide:
         return p.read_text(errors="replace") if p.exists() else ""
 
     # -- accounts and data ---------------------------------------------------------------------
+    def seal_keys(self, device_id: int) -> bytes:
+        """New keys for ``device_id`` in the correction server's key store (as `tools/flash.py
+        provision` makes them); the board's key file."""
+        from dpsense.cloud.correction.sealed import KeyStore
+        return KeyStore.for_data_dir(self.dir).add_device(device_id).to_bytes()
+
+    def plaintext_device(self, device_id: int) -> None:
+        """The correction server's plaintext switch for a board without AES (the micro:bit)."""
+        from dpsense.cloud.correction.sealed import KeyStore
+        KeyStore.for_data_dir(self.dir).set_plaintext(device_id)
+
     def add_device(self, device_id: int) -> tuple[str, str]:
         # Letters only: the raw-value scan looks for decimal digits in everything sent.
         return self.broker.add_device(device_id, password="hilDevicePassword")

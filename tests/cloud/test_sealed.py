@@ -165,3 +165,18 @@ def test_guard_state_survives_a_restart_and_is_written_after_the_commit(tmp_path
     with pytest.raises(SealedError):
         again.check(7, 1, b"b")
     again.close()
+
+
+def test_new_keys_start_a_new_nonce_history(tmp_path):
+    ks = _store(tmp_path)
+    ing = SealedIngest(ks, ReplayGuard(window=4))
+    for n in range(10):
+        assert isinstance(classify(ing, sealer().seal(7, 1, n, n, bytes([n]) * 8, n)), Correction)
+    ing.guard.commit()
+    # Provisioned again: new keys and a fresh ledger, whose counter starts at 0 again.
+    fresh = ks.add_device(7)
+    r = classify(ing, sealer(fresh).seal(7, 2, 0, 0, b"\x55" * 8, 3))
+    assert r == Correction(b"\x55" * 8, 3, 1.0)
+    # The old keys are gone: a record sealed with them is a forgery now.
+    d = classify(ing, sealer().seal(7, 1, 11, 11, b"\x66" * 8, 3))
+    assert isinstance(d, DeadLetter) and "tag does not match" in d.reason
