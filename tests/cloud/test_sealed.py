@@ -158,7 +158,7 @@ def test_guard_state_survives_a_restart_and_is_written_after_the_commit(tmp_path
             return len(c)
     st = SealedStore(Inner(), guard)
     assert guard.check(7, 1, b"a")
-    assert st.add_batch([], []) == 0 and calls == [{(7, 1)}] and st.last_conflicts == 0
+    assert st.add_batch([], []) == 0 and calls == [{("7:", 1)}] and st.last_conflicts == 0
     guard.close()
     again = ReplayGuard(path, window=4)
     assert again.check(7, 1, b"a") is False
