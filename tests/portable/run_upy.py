@@ -29,6 +29,7 @@ MODULES = (
     "tests.portable.test_fw_mqtt",
     "tests.portable.test_fw_uplink",
     "tests.portable.test_fw_seriallink",
+    "tests.portable.test_fw_seal",
 )
 
 passed = failed = 0
