@@ -24,7 +24,9 @@ the nonces of that one batch.
 A plain correction record (kind 2) is accepted only from a device the key store lists as
 plaintext (``KeyStore.set_plaintext``): a device with keys, or an unknown one, cannot be
 downgraded by sending the record in clear. The record of the 28-byte kind-2 layout names
-its device; one of the 16-byte layout names none and is refused.
+its device. One of the 16-byte layout names none (the micro:bit sends it until kind 2
+carries the device): it is taken only while at least one device is configured plaintext,
+and refused otherwise.
 """
 from __future__ import annotations
 
@@ -278,9 +280,17 @@ class SealedIngest:
                 self.guard.check(device_id, nonce, payload, keys.key_id)
                 return Correction(token, d_diff, received_at)
             if kind == wire.KIND_CORRECTION:
+                if len(payload) == wire.CORRECTION_SIZE and len(payload) != _PLAIN_NAMED_SIZE:
+                    # The 16-byte layout names no device (the micro:bit's today): taken only
+                    # while some device is configured plaintext; a board that seals never
+                    # sends it (it stops instead), and no plain record is authenticated anyway.
+                    if not self.keys.devices()[1]:
+                        return dead("plain correction record names no device and no device is configured "
+                                    "plaintext: refused (no downgrade)")
+                    token, d_diff = wire.decode_correction(payload)
+                    return Correction(token, d_diff, received_at)
                 if len(payload) != _PLAIN_NAMED_SIZE:
-                    return dead("plain correction record names no device: refused (only sealed records, "
-                                "or the %d-byte plain record of a device configured plaintext)" % _PLAIN_NAMED_SIZE)
+                    return dead("malformed: plain correction record of %d bytes" % len(payload))
                 _, _, reserved, device_id, _, _ = struct.unpack_from(_PLAIN_NAMED_HEAD, payload, 0)
                 token = bytes(payload[16:16 + wire.TOKEN_SIZE])
                 d_diff = struct.unpack_from("<i", payload, 16 + wire.TOKEN_SIZE)[0]

@@ -121,8 +121,11 @@ def test_plain_records_only_from_plaintext_devices(tmp_path):
     downgrade = struct.pack("<BBHIII8si", 1, 2, 0, 7, 1, 0, vectors.TOKEN, -1234)
     d = classify(ing, downgrade)
     assert isinstance(d, DeadLetter) and "not configured plaintext" in d.reason
-    d = classify(ing, vectors.CORRECTION_V1)        # 16 bytes: names no device
-    assert isinstance(d, DeadLetter) and "names no device" in d.reason
+    # 16 bytes: names no device; taken only while some device is configured plaintext.
+    assert classify(ing, vectors.CORRECTION_V1) == Correction(*vectors.CORRECTION_V1_FIELDS, 1.0)
+    none = SealedIngest(_store(tmp_path / "none"), ReplayGuard())
+    d = classify(none, vectors.CORRECTION_V1)
+    assert isinstance(d, DeadLetter) and "names no device and no device is configured plaintext" in d.reason
     assert isinstance(classify(ing, vectors.SEALED_V1, "dpsense/readings/d7"), DeadLetter)
     assert isinstance(classify(ing, b"\x01"), DeadLetter)
 
