@@ -183,3 +183,17 @@ def test_new_keys_start_a_new_nonce_history(tmp_path):
     # The old keys are gone: a record sealed with them is a forgery now.
     d = classify(ing, sealer().seal(7, 1, 11, 11, b"\x66" * 8, 3))
     assert isinstance(d, DeadLetter) and "tag does not match" in d.reason
+
+
+def test_status_names_the_plaintext_devices(tmp_path):
+    import subprocess
+    import sys
+    ks = KeyStore.for_data_dir(tmp_path)
+    ks.add_device(1)
+    ks.add_device(2)
+    ks.set_plaintext(10)
+    r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "status", "--data-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert ("sealing     correction records sealed end to end for 2 devices; plaintext (readable by the "
+            "broker and a gateway) for devices 10") in r.stdout, r.stdout
