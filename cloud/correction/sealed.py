@@ -36,7 +36,9 @@ import os
 import secrets
 import sqlite3
 import struct
+import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +80,7 @@ class DeviceKeys:
         """The board's key file: enc || mac."""
         return self.enc + self.mac
 
-    @property
+    @cached_property
     def key_id(self) -> str:
         """Names this key pair in the replay guard: new keys (with a fresh ledger, whose
         counter starts again) start a new nonce history."""
@@ -95,6 +97,9 @@ class KeyStore:
     _keys: dict[int, DeviceKeys] = field(default_factory=dict)
     _plaintext: set[int] = field(default_factory=set)
     _stamp: tuple[int, int] | None = None
+    _checked: float = -1e9
+    # Known devices look at the file at most this often; an unknown one at once.
+    recheck_s: float = 1.0
 
     @classmethod
     def for_data_dir(cls, data_dir: Path | str) -> "KeyStore":
@@ -125,7 +130,10 @@ class KeyStore:
         self._keys, self._plaintext, self._stamp = keys, plain, stamp
 
     def keys_of(self, device_id: int) -> DeviceKeys | None:
-        self._refresh()
+        now = time.monotonic()
+        if now - self._checked >= self.recheck_s or device_id not in self._keys:
+            self._checked = now
+            self._refresh()
         return self._keys.get(device_id)
 
     def is_plaintext(self, device_id: int) -> bool:
@@ -169,13 +177,15 @@ class KeyStore:
         self._write()
 
 
-def open_record(keys: DeviceKeys, payload: bytes) -> tuple[int, int, int, int, bytes, int]:
+def open_record(keys: DeviceKeys, payload: bytes, mac: hmac.HMAC | None = None
+                ) -> tuple[int, int, int, int, bytes, int]:
     """``(device_id, boot_id, seq, nonce, token, d_diff)`` of a sealed record whose tag checks
-    under ``keys``; SealedError otherwise. The tag is checked before anything is decrypted."""
+    under ``keys``; SealedError otherwise. The tag is checked before anything is decrypted.
+    ``mac``: an HMAC already keyed with ``keys.mac``, copied for this record (saves the keying)."""
     if len(payload) != seal.SEALED_SIZE:
         raise SealedError("sealed record must be %d bytes, got %d" % (seal.SEALED_SIZE, len(payload)))
     body_end = seal.HEAD_SIZE + seal.BODY_SIZE
-    h = hmac.HMAC(keys.mac, hashes.SHA256())
+    h = mac.copy() if mac is not None else hmac.HMAC(keys.mac, hashes.SHA256())
     h.update(payload[:body_end])
     if not constant_time.bytes_eq(h.finalize()[:seal.TAG_SIZE], payload[body_end:]):
         raise SealedError("forged or damaged: the tag does not match")
@@ -189,61 +199,98 @@ def open_record(keys: DeviceKeys, payload: bytes) -> tuple[int, int, int, int, b
     return device_id, boot_id, seq, nonce, token, d_diff
 
 
+class _History:
+    """One device's (and key pair's) accepted nonces: the highest, and an 8-byte digest of
+    each record within ``window`` below it, in a ring indexed by nonce (zero: none)."""
+
+    __slots__ = ("high", "ring")
+
+    def __init__(self, window: int) -> None:
+        self.high = -1
+        self.ring = bytearray(8 * window)
+
+
 class ReplayGuard:
-    """Per device and key pair: the highest nonce accepted and the digests of those within
-    ``window`` below it; in SQLite at ``path`` (None: memory only). ``check`` stages,
-    ``commit`` writes."""
+    """Per device and key pair: the highest nonce accepted and the digests of the records
+    within ``window`` below it (8 x ``window`` bytes of RAM per device); in SQLite at
+    ``path`` (None: memory only). ``check`` stages, ``commit`` writes."""
 
     def __init__(self, path: Path | str | None = None, window: int = WINDOW) -> None:
         if window < 1:
             raise ValueError("window must be >= 1")
         self.window = window
-        self._high: dict[str, int] = {}
-        self._seen: dict[tuple[str, int], bytes] = {}
-        self._dirty: set[tuple[str, int]] = set()
+        self._dev: dict[str, _History] = {}
+        self._staged: list[tuple[str, int, bytes]] = []
+        self._writes: dict[str, int] = {}       # rows written per device since its last pruning
         self._db: sqlite3.Connection | None = None
         if path is not None:
             self._db = sqlite3.connect(str(path))
             os.chmod(path, 0o600)
+            # WAL without a sync per commit: a power cut may forget the last batches' nonces
+            # (their records are stored; only a replay of exactly those would pass as new,
+            # and the store keeps one row per token), never corrupt the file.
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS nonces (device TEXT, nonce INTEGER, "
                              "digest BLOB, PRIMARY KEY (device, nonce))")
             self._db.commit()
-            for d, n, g in self._db.execute("SELECT device, nonce, digest FROM nonces"):
-                self._seen[(d, n)] = bytes(g)
-                self._high[d] = max(n, self._high.get(d, -1))
+            rows = self._db.execute("SELECT device, nonce, digest FROM nonces ORDER BY device, nonce")
+            for d, n, g in rows:
+                self._put(self._history(d), n, bytes(g))
+
+    def _history(self, dev: str) -> _History:
+        h = self._dev.get(dev)
+        if h is None:
+            h = self._dev[dev] = _History(self.window)
+        return h
+
+    def _put(self, h: _History, nonce: int, digest: bytes) -> None:
+        w = self.window
+        if nonce > h.high:
+            # The slots of the nonces passed over (and of those falling out) are cleared.
+            for n in range(max(h.high + 1, nonce - w + 1), nonce):
+                i = 8 * (n % w)
+                h.ring[i:i + 8] = bytes(8)
+            h.high = nonce
+        i = 8 * (nonce % w)
+        h.ring[i:i + 8] = digest
 
     def check(self, device_id: int, nonce: int, payload: bytes, key_id: str = "") -> bool:
         """True: new (staged); False: a byte-identical resend; SealedError: a replay."""
-        digest = hashlib.sha256(payload).digest()
+        # Eight bytes tell a resend from other bytes (a zero digest would read as empty).
+        digest = hashlib.sha256(payload).digest()[:8].replace(bytes(8), b"\x00" * 7 + b"\x01")
         dev = "%d:%s" % (device_id, key_id)
-        key = (dev, nonce)
-        old = self._seen.get(key)
-        if old is not None:
+        h = self._history(dev)
+        if nonce <= h.high - self.window:
+            raise SealedError("replayed: nonce %d of device %d is %d or more below the highest accepted (%d)"
+                              % (nonce, device_id, self.window, h.high))
+        if nonce <= h.high:
+            i = 8 * (nonce % self.window)
+            old = bytes(h.ring[i:i + 8])
             if old == digest:
                 return False
-            raise SealedError("replayed nonce %d of device %d with different bytes" % (nonce, device_id))
-        high = self._high.get(dev, -1)
-        if nonce <= high - self.window:
-            raise SealedError("replayed: nonce %d of device %d is %d or more below the highest accepted (%d)"
-                              % (nonce, device_id, self.window, high))
-        self._seen[key] = digest
-        self._dirty.add(key)
-        if nonce > high:
-            self._high[dev] = nonce
+            if old != bytes(8):
+                raise SealedError("replayed nonce %d of device %d with different bytes" % (nonce, device_id))
+        self._put(h, nonce, digest)
+        self._staged.append((dev, nonce, digest))
         return True
 
     def commit(self) -> None:
-        """Persist what was staged and forget the nonces that fell out of the window."""
-        gone = [k for k in self._seen if k[1] <= self._high[k[0]] - self.window]
-        for k in gone:
-            del self._seen[k]
-            self._dirty.discard(k)
-        if self._db is not None:
-            with self._db:
-                self._db.executemany("INSERT OR REPLACE INTO nonces VALUES (?, ?, ?)",
-                                     [(d, n, self._seen[(d, n)]) for d, n in self._dirty])
-                self._db.executemany("DELETE FROM nonces WHERE device = ? AND nonce = ?", gone)
-        self._dirty.clear()
+        """Persist what was staged; a device's rows that fell out of the window are deleted
+        once it has written a window's worth since the last time (amortised)."""
+        staged, self._staged = self._staged, []
+        if self._db is None or not staged:
+            return
+        prune = []
+        for dev, _, _ in staged:
+            n = self._writes.get(dev, 0) + 1
+            self._writes[dev] = n
+            if n == self.window:
+                self._writes[dev] = 0
+                prune.append((dev, self._dev[dev].high - self.window))
+        with self._db:
+            self._db.executemany("INSERT OR REPLACE INTO nonces VALUES (?, ?, ?)", staged)
+            self._db.executemany("DELETE FROM nonces WHERE device = ? AND nonce <= ?", prune)
 
     def close(self) -> None:
         if self._db is not None:
@@ -258,6 +305,7 @@ class SealedIngest:
     def __init__(self, keys: KeyStore, guard: ReplayGuard) -> None:
         self.keys = keys
         self.guard = guard
+        self._macs: dict[str, hmac.HMAC] = {}       # key id -> HMAC keyed once, copied per record
 
     def classify(self, topic: str, payload: bytes, received_at: float) -> Correction | DeadLetter:
         def dead(reason: str) -> DeadLetter:
@@ -276,7 +324,10 @@ class SealedIngest:
                 keys = self.keys.keys_of(device_id)
                 if keys is None:
                     return dead("no key for device %d (tools/flash.py provision gives it one)" % device_id)
-                device_id, _, _, nonce, token, d_diff = open_record(keys, payload)
+                mac = self._macs.get(keys.key_id)
+                if mac is None:
+                    mac = self._macs[keys.key_id] = hmac.HMAC(keys.mac, hashes.SHA256())
+                device_id, _, _, nonce, token, d_diff = open_record(keys, payload, mac)
                 self.guard.check(device_id, nonce, payload, keys.key_id)
                 return Correction(token, d_diff, received_at)
             if kind == wire.KIND_CORRECTION:

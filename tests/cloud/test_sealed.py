@@ -157,7 +157,7 @@ def test_guard_state_survives_a_restart_and_is_written_after_the_commit(tmp_path
         last_conflicts = 0
 
         def add_batch(self, c, d):
-            calls.append(guard._dirty.copy())
+            calls.append({(d, n) for d, n, _ in guard._staged})
             return len(c)
     st = SealedStore(Inner(), guard)
     assert guard.check(7, 1, b"a")
@@ -167,6 +167,33 @@ def test_guard_state_survives_a_restart_and_is_written_after_the_commit(tmp_path
     assert again.check(7, 1, b"a") is False
     with pytest.raises(SealedError):
         again.check(7, 1, b"b")
+    again.close()
+
+
+def test_the_guard_keeps_a_window_per_device_and_prunes_its_rows(tmp_path):
+    import sqlite3
+    path = tmp_path / "nonces.db"
+    guard = ReplayGuard(path, window=8)
+    for n in range(1, 41):
+        assert guard.check(3, n, b"r%d" % n)
+        guard.check(4, n, b"s%d" % n)
+        guard.commit()
+    # Out of order within the window, a gap, and the window's lower edge.
+    assert guard.check(3, 45, b"r45") and guard.check(3, 43, b"r43")
+    assert guard.check(3, 38, b"r38") is False
+    with pytest.raises(SealedError, match="replayed: nonce 37 of device 3 is 8 or more below"):
+        guard.check(3, 37, b"r37")
+    with pytest.raises(SealedError, match="different bytes"):
+        guard.check(3, 40, b"other")
+    assert guard.check(3, 44, b"r44")              # passed over, never seen: new
+    guard.commit()
+    guard.close()
+    rows = sqlite3.connect(path).execute("SELECT count(*) FROM nonces WHERE device = '3:'").fetchone()[0]
+    assert rows <= 2 * 8 + 3                       # pruned every window's worth of writes
+    again = ReplayGuard(path, window=8)
+    assert again.check(3, 45, b"r45") is False and again.check(4, 40, b"s40") is False
+    with pytest.raises(SealedError):
+        again.check(3, 30, b"r30")
     again.close()
 
 
