@@ -129,9 +129,10 @@ class KeyStore:
             raise UsageError("key store %s: unreadable (%s)" % (self.path, e)) from None
         self._keys, self._plaintext, self._stamp = keys, plain, stamp
 
-    def keys_of(self, device_id: int) -> DeviceKeys | None:
+    def keys_of(self, device_id: int, fresh: bool = False) -> DeviceKeys | None:
+        """The device's keys; ``fresh``: read the file if it changed, however recently it was."""
         now = time.monotonic()
-        if now - self._checked >= self.recheck_s or device_id not in self._keys:
+        if fresh or now - self._checked >= self.recheck_s or device_id not in self._keys:
             self._checked = now
             self._refresh()
         return self._keys.get(device_id)
@@ -307,6 +308,12 @@ class SealedIngest:
         self.guard = guard
         self._macs: dict[str, hmac.HMAC] = {}       # key id -> HMAC keyed once, copied per record
 
+    def _mac(self, keys: DeviceKeys) -> hmac.HMAC:
+        mac = self._macs.get(keys.key_id)
+        if mac is None:
+            mac = self._macs[keys.key_id] = hmac.HMAC(keys.mac, hashes.SHA256())
+        return mac
+
     def classify(self, topic: str, payload: bytes, received_at: float) -> Correction | DeadLetter:
         def dead(reason: str) -> DeadLetter:
             return DeadLetter(topic, payload, reason, received_at)
@@ -324,10 +331,15 @@ class SealedIngest:
                 keys = self.keys.keys_of(device_id)
                 if keys is None:
                     return dead("no key for device %d (tools/flash.py provision gives it one)" % device_id)
-                mac = self._macs.get(keys.key_id)
-                if mac is None:
-                    mac = self._macs[keys.key_id] = hmac.HMAC(keys.mac, hashes.SHA256())
-                device_id, _, _, nonce, token, d_diff = open_record(keys, payload, mac)
+                try:
+                    device_id, _, _, nonce, token, d_diff = open_record(keys, payload, self._mac(keys))
+                except SealedError:
+                    # Provisioned again within the last recheck: the new keys, if any, decide.
+                    newer = self.keys.keys_of(device_id, fresh=True)
+                    if newer is None or newer == keys:
+                        raise
+                    keys = newer
+                    device_id, _, _, nonce, token, d_diff = open_record(keys, payload, self._mac(keys))
                 self.guard.check(device_id, nonce, payload, keys.key_id)
                 return Correction(token, d_diff, received_at)
             if kind == wire.KIND_CORRECTION:

@@ -203,8 +203,9 @@ def test_new_keys_start_a_new_nonce_history(tmp_path):
     for n in range(10):
         assert isinstance(classify(ing, sealer().seal(7, 1, n, n, bytes([n]) * 8, n)), Correction)
     ing.guard.commit()
-    # Provisioned again: new keys and a fresh ledger, whose counter starts at 0 again.
-    fresh = ks.add_device(7)
+    # Provisioned again (by another process, at once): new keys and a fresh ledger, whose
+    # counter starts at 0 again.
+    fresh = KeyStore(ks.folder).add_device(7)
     r = classify(ing, sealer(fresh).seal(7, 2, 0, 0, b"\x55" * 8, 3))
     assert r == Correction(b"\x55" * 8, 3, 1.0)
     # The old keys are gone: a record sealed with them is a forgery now.
