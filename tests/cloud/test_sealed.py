@@ -225,3 +225,17 @@ def test_status_names_the_plaintext_devices(tmp_path):
     assert r.returncode == 0, r.stderr
     assert ("sealing     correction records sealed end to end for 2 devices; plaintext (readable by the "
             "broker and a gateway) for devices 10") in r.stdout, r.stdout
+
+
+def test_any_fields_round_trip_between_the_board_code_and_cryptography():
+    from hypothesis import given, settings, strategies as st
+
+    u32 = st.integers(0, 2 ** 32 - 1)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.integers(1, 2 ** 32 - 1), u32, u32, u32, st.binary(min_size=8, max_size=8),
+           st.integers(-2 ** 31 + 1, 2 ** 31 - 1))
+    def check(device, boot, seq, nonce, token, d_diff):
+        rec = sealer().seal(device, boot, seq, nonce, token, d_diff)
+        assert open_record(KEYS, rec) == (device, boot, seq, nonce, token, d_diff)
+    check()
