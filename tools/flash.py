@@ -154,7 +154,8 @@ def _verify_examples() -> str:
 def _all_examples() -> str:
     return "\n".join([
         "  # the emulated micro:bit: QEMU, node files, config, checks, then the node runs",
-        "  python tools/flash.py all --board qemu-microbit --device-id 7 --password-file d7.pw",
+        "  python tools/flash.py all --board qemu-microbit --device-id 7 --plaintext-corrections "
+        "--password-file d7.pw",
         "  dpsense gateway --port /dev/pts/N --device-id 7 --password-file d7.pw   # N as printed",
         "  # a real ESP32 (MicroPython image from micropython.org/download/ESP32_GENERIC)",
         "  python tools/flash.py all --board esp32 --port /dev/ttyUSB0 --image %s --device-id 7 "
