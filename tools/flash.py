@@ -170,7 +170,7 @@ def _all_examples() -> str:
         "--config-json pico.json --password-file d9.pw" % PICO_IMAGE,
         "  # a real micro:bit v1: then `dpsense gateway --port <printed pty> --device-id 10 --password-file d10.pw`",
         "  python tools/flash.py all --board microbit --port /dev/ttyACM0 --image %s "
-        "--device-id 10 --password-file d10.pw" % MICROBIT_IMAGE,
+        "--device-id 10 --plaintext-corrections --password-file d10.pw" % MICROBIT_IMAGE,
         "  # the unix port, into a folder",
         "  python tools/flash.py all --board unix --port out/unix --device-id 7 --config-json unix.json",
     ])
