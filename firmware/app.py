@@ -43,6 +43,9 @@ try:
     from shared_protocol import topics, wire
     from shared_protocol.config import ConfigError, board_name, validate
     from shared_protocol.layout import SEALED_SIZE
+    # SealError: a board told to seal that cannot (no keys, no AES, a nonce that would
+    # repeat) releases nothing more: main() ends it with one line.
+    from shared_protocol.seal import SealError, Sealer, split_keys
 except ImportError:
     __version__ = "unknown"       # flat modules carry no package __init__, nor its version
     from fixedpoint import Affine
@@ -52,14 +55,11 @@ except ImportError:
     import wire  # type: ignore[no-redef]  # flat file system: the same module
     from config import ConfigError, board_name, validate
     from layout import SEALED_SIZE
+    from seal import SealError, Sealer, split_keys
 
 from ledger import CAPPED, OK, STOPPED, Ledger, frac_text
 from node import Node
 import sensor
-
-
-class SealError(Exception):
-    """The board was told to seal its correction records and cannot; it releases nothing."""
 
 
 def make_sealer(cfg):
@@ -68,10 +68,6 @@ def make_sealer(cfg):
     place would hand token and d_diff to the broker."""
     if cfg["corrections"] != "sealed":
         return None
-    try:
-        from shared_protocol.seal import SealError as Refused, Sealer, split_keys
-    except ImportError:
-        from seal import SealError as Refused, Sealer, split_keys
     path = cfg["seal_key_path"]
     try:
         f = open(path, "rb")
@@ -82,7 +78,7 @@ def make_sealer(cfg):
     try:
         enc, mac = split_keys(data)
         return Sealer(enc, mac)
-    except Refused as e:
+    except SealError as e:
         raise SealError("%s: %s" % (path, e))
     except ImportError:
         raise SealError("this port has no cryptolib (AES); provision it with corrections "
