@@ -177,6 +177,13 @@ class CloudSide:
         with open_analyst_store("sqlite:///%s" % self.analyst_db) as s:
             return s.dead_letter_count()
 
+    def correction_dead_letters(self) -> list[str]:
+        """The correction server's dead letters' reasons."""
+        if not self.correction_db.exists():
+            return []
+        with open_correction_store("sqlite:///%s" % self.correction_db) as s:
+            return [d.reason for d in s.dead_letters()]
+
     def corrections(self, tokens: list[bytes]) -> dict[bytes, int]:
         if not self.correction_db.exists():
             return {}
