@@ -225,7 +225,8 @@ class ReplayGuard:
         self._writes: dict[str, int] = {}       # rows written per device since its last pruning
         self._db: sqlite3.Connection | None = None
         if path is not None:
-            self._db = sqlite3.connect(str(path))
+            # Another ingest worker may hold the file's write lock for a moment.
+            self._db = sqlite3.connect(str(path), timeout=10.0)
             os.chmod(path, 0o600)
             # WAL without a sync per commit: a power cut may forget the last batches' nonces
             # (their records are stored; only a replay of exactly those would pass as new,
@@ -289,9 +290,14 @@ class ReplayGuard:
             if n == self.window:
                 self._writes[dev] = 0
                 prune.append((dev, self._dev[dev].high - self.window))
-        with self._db:
-            self._db.executemany("INSERT OR REPLACE INTO nonces VALUES (?, ?, ?)", staged)
-            self._db.executemany("DELETE FROM nonces WHERE device = ? AND nonce <= ?", prune)
+        try:
+            with self._db:
+                self._db.executemany("INSERT OR REPLACE INTO nonces VALUES (?, ?, ?)", staged)
+                self._db.executemany("DELETE FROM nonces WHERE device = ? AND nonce <= ?", prune)
+        except sqlite3.OperationalError:
+            # Busy or locked: the batch's records are stored already and RAM holds the
+            # history; these rows go with the next commit.
+            self._staged = staged + self._staged
 
     def close(self) -> None:
         if self._db is not None:

@@ -239,3 +239,21 @@ def test_any_fields_round_trip_between_the_board_code_and_cryptography():
         rec = sealer().seal(device, boot, seq, nonce, token, d_diff)
         assert open_record(KEYS, rec) == (device, boot, seq, nonce, token, d_diff)
     check()
+
+
+def test_a_locked_guard_file_keeps_its_rows_for_the_next_commit(tmp_path):
+    import sqlite3
+    path = tmp_path / "nonces.db"
+    guard = ReplayGuard(path, window=8)
+    guard._db.execute("PRAGMA busy_timeout = 50")                   # type: ignore[union-attr]
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")                               # another worker writes
+    assert guard.check(5, 1, b"x")
+    guard.commit()                                                  # locked: kept, no error
+    holder.rollback()
+    holder.close()
+    assert guard.check(5, 2, b"y")
+    guard.commit()
+    rows = sqlite3.connect(path).execute("SELECT nonce FROM nonces ORDER BY nonce").fetchall()
+    assert rows == [(1,), (2,)]
+    guard.close()
