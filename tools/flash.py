@@ -292,6 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the broker's CA certificate (PEM or DER, e.g. "
                         "dpsense-data/broker/tls/ca.pem): an MQTT board gets it as ca.der and "
                         "speaks TLS (required for a broker off loopback)")
+        sp.add_argument("--correction-data-dir", metavar="DIR",
+                        help="the correction server's data directory, whose key store "
+                        "(correction-keys/keys.json) gets the board's correction-record keys "
+                        "(default: --data-dir, one machine for every service)")
         sp.add_argument("--plaintext-corrections", action="store_true",
                         help="the board sends plain correction records (the micro:bit, which has no "
                         "AES, or a config with corrections \"plaintext\"): the correction server is "
@@ -490,7 +494,7 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
         ca_name, _ = pv.write_ca(repl, der, folder)
         log("  %-30s %6d bytes  the broker's CA (DER), for broker_ca" % (ca_name, len(der)))
     from dpsense.cloud.correction.sealed import KeyStore
-    keys = KeyStore.for_data_dir(args.data_dir)
+    keys = KeyStore.for_data_dir(args.correction_data_dir or args.data_dir)
     aes = pv.board_profile(args.board).get("aes", True)
     sealed = aes and cfg.get("corrections", "sealed") == "sealed"
     if not sealed and not args.plaintext_corrections:

@@ -293,3 +293,9 @@ def test_provision_gives_the_board_and_the_correction_server_the_same_new_keys(t
     assert rc != 0 and "--plaintext-corrections" in err + out
     assert run(capsys, *args, "--plaintext-corrections")[0] == 0
     assert keys.keys_of(7, fresh=True) is None and keys.is_plaintext(7) and not (board / "seal.key").exists()
+    # The correction server on a data dir of its own: its key store only, not the broker's dir.
+    conf.write_text(json.dumps(dict(pv.DEMO_CONFIG, stimulus="readings.txt")))
+    cs = tmp_path / "cs-data"
+    assert run(capsys, *args, "--correction-data-dir", str(cs))[0] == 0
+    assert KeyStore.for_data_dir(cs).keys_of(7).to_bytes() == (board / "seal.key").read_bytes()  # type: ignore[union-attr]
+    assert keys.is_plaintext(7) and keys.keys_of(7, fresh=True) is None
