@@ -32,6 +32,7 @@ from dpsense.cloud.errors import DpsenseError
 from dpsense.cloud.files import private_dir, write_private
 from dpsense.cloud.report import NOT_PRIVATE, evaluate, noise_source, scatter_png, sweep_png, write_html
 from dpsense.cloud.profile import calibrate, save_profile
+from dpsense.cloud.correction.sealed import provision_keys
 from dpsense.cloud.simulate import FleetPublisher, encode_fleet, save_ground_truth
 from dpsense.cloud.storage import open_analyst_store, open_correction_store
 from dpsense.protocol.fixedpoint import parse_decimal
@@ -140,7 +141,8 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
 
         _say("perturbing on %d simulated devices (shared_protocol, exact discrete Laplace)" % opts.devices)
         t0 = time.perf_counter()
-        enc = encode_fleet(data.x, profile, opts.devices, opts.seed, progress=_progress("perturbed"))
+        keys = provision_keys(data_dir, list(range(1, opts.devices + 1)))
+        enc = encode_fleet(data.x, profile, opts.devices, opts.seed, progress=_progress("perturbed"), keys=keys)
         timings["perturb"] = time.perf_counter() - t0
         save_ground_truth(data_dir / "groundtruth.npz", enc, data.outlier, profile)
         pub = FleetPublisher(settings, device_pws, opts.devices)

@@ -20,10 +20,11 @@ import time
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
+from dpsense.cloud.correction.sealed import DeviceKeys, sealer_for
 from dpsense.cloud.files import write_private
 from dpsense.cloud.fleetpub import FleetPublisher
 from dpsense.cloud.profile import DeviceProfile
@@ -57,9 +58,12 @@ def boot_id_now() -> int:
 class FleetEncoder:
     """Per-device mechanisms, random sources and sequence numbers, kept across calls."""
 
-    def __init__(self, profile: DeviceProfile, devices: int, seed: int | None, boot_id: int = 1) -> None:
+    def __init__(self, profile: DeviceProfile, devices: int, seed: int | None, boot_id: int = 1,
+                 keys: Sequence[DeviceKeys] | None = None) -> None:
         if devices < 1:
             raise ValueError("devices must be >= 1")
+        if keys is not None and len(keys) != devices:
+            raise ValueError("one key pair per device")
         self.profile = profile
         self.devices = devices
         self.boot_id = boot_id
@@ -68,6 +72,9 @@ class FleetEncoder:
                       for d in range(devices)]
         self._mechs: list[RecordMechanism] = [profile.mechanism(rng) for rng in self._rngs]
         self._seq = [0] * devices
+        # With keys, correction records are sealed (kind 3) as a board seals them; the nonce
+        # is a counter per device, from 0, under keys that are new for this fleet.
+        self._sealers = [sealer_for(k) for k in keys] if keys is not None else None
         self._next = 0                  # the device of the next row (round robin)
 
     def encode(self, x: np.ndarray, progress: Callable[[int, int], None] | None = None) -> Encoded:
@@ -86,7 +93,11 @@ class FleetEncoder:
             _, out, dd = self._mechs[d].perturb([int(v) for v in raw_q[i]])
             tok = new_token(self._rngs[d])
             readings.append(wire.encode_reading(d + 1, self.boot_id, self._seq[d], tok, self.profile.config_id, out))
-            corrections.append(wire.encode_correction(tok, dd))
+            if self._sealers is not None:
+                sealer = self._sealers[d]
+                corrections.append(sealer.seal(d + 1, self.boot_id, self._seq[d], sealer.last + 1, tok, dd))
+            else:
+                corrections.append(wire.encode_correction(tok, dd))
             dev_ids[i] = d + 1
             seqs[i] = self._seq[d]
             released[i] = out
@@ -106,14 +117,18 @@ class FleetEncoder:
 
 
 def encode_fleet(x: np.ndarray, profile: DeviceProfile, devices: int, seed: int | None,
-                 boot_id: int = 1, progress: Callable[[int, int], None] | None = None) -> Encoded:
+                 boot_id: int = 1, progress: Callable[[int, int], None] | None = None,
+                 keys: Sequence[DeviceKeys] | None = None) -> Encoded:
     """Perturb and encode every row of ``x`` (units); row i belongs to device ``i % devices + 1``.
 
     ``seed`` None (the commands' default): each device draws its noise and tokens from the
     OS CSPRNG, as a board does from its hardware RNG. An int seeds a ``XorShift32`` per
     device: the run is reproducible and its noise can be replayed, so it is not private.
+    ``keys`` (one pair per device, cloud/correction/sealed.py ``provision_keys``): the
+    correction records are sealed; without them they are plain 16-byte records, which a
+    correction server refuses.
     """
-    return FleetEncoder(profile, devices, seed, boot_id).encode(x, progress)
+    return FleetEncoder(profile, devices, seed, boot_id, keys).encode(x, progress)
 
 
 __all__ = ["Encoded", "FleetEncoder", "FleetPublisher", "boot_id_now", "encode_fleet", "save_ground_truth",

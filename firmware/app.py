@@ -25,6 +25,7 @@ from the profile's sensor; the ``boot ok`` line ends with ``sensor=<kind>``.
 Console lines a rig can wait for: ``boot ok: ...``, ``config error: <key>: ...``,
 ``stimulus error: <file>:<line>: ...`` (then exit status 2, as for a config error),
 ``entropy error: ...`` (no hardware entropy: nothing is released, exit status 2),
+``seal error: ...`` (corrections "sealed" without a usable key file or AES: exit status 2),
 ``ledger: window N cap ... reached ...``, ``ledger: releases stopped: <why>`` (a damaged
 or missing ledger, a clock behind the ledger, the lifetime cap; status event
 ``ledger_stopped``, and the status's ``ledger`` field says why), ``mqtt: connected ...``,
@@ -41,6 +42,10 @@ try:
     from shared_protocol.rng import UrandomRNG
     from shared_protocol import topics, wire
     from shared_protocol.config import ConfigError, board_name, validate
+    from shared_protocol.layout import SEALED_SIZE
+    # SealError: a board told to seal that cannot (no keys, no AES, a nonce that would
+    # repeat) releases nothing more: main() ends it with one line.
+    from shared_protocol.seal import SealError, Sealer, split_keys
 except ImportError:
     __version__ = "unknown"       # flat modules carry no package __init__, nor its version
     from fixedpoint import Affine
@@ -49,10 +54,35 @@ except ImportError:
     import topics  # type: ignore[no-redef]  # flat file system: the same module
     import wire  # type: ignore[no-redef]  # flat file system: the same module
     from config import ConfigError, board_name, validate
+    from layout import SEALED_SIZE
+    from seal import SealError, Sealer, split_keys
 
 from ledger import CAPPED, OK, STOPPED, Ledger, frac_text
 from node import Node
 import sensor
+
+
+def make_sealer(cfg):
+    """The sealer of a board whose config says ``corrections: sealed`` (None for plaintext).
+    No key file, a damaged one or no AES on the port stops the board: a plain record in its
+    place would hand token and d_diff to the broker."""
+    if cfg["corrections"] != "sealed":
+        return None
+    path = cfg["seal_key_path"]
+    try:
+        f = open(path, "rb")
+        data = f.read()
+        f.close()
+    except OSError:
+        raise SealError("%s: no key file; provision the board again (tools/flash.py provision)" % path)
+    try:
+        enc, mac = split_keys(data)
+        return Sealer(enc, mac)
+    except SealError as e:
+        raise SealError("%s: %s" % (path, e))
+    except ImportError:
+        raise SealError("this port has no cryptolib (AES); provision it with corrections "
+                        "\"plaintext\" and the correction server's plaintext switch")
 
 
 class EntropyError(Exception):
@@ -93,6 +123,7 @@ class App:
             self.wifi = WifiLink(cfg["wifi_ssid"], cfg["wifi_password"])
             self.wifi.radio_on()
         self.rng, self.entropy = make_rng(profile)
+        self.sealer = make_sealer(cfg) if "corrections" in cfg else None
         cols = [Column(Affine(c[0], c[1], c[2], c[3], c[4]), c[5], cfg["epsilon"])
                 for c in cfg["columns"]]
         self.mech = RecordMechanism(cols, cfg["centre"], self.rng)
@@ -110,7 +141,7 @@ class App:
         else:
             self.transport = self._serial(len(cols), console)
         self.node = Node(self.sensor, self.mech, self.rng, cfg["device_id"], self.boot_id,
-                         cfg["config_id"], self._release)
+                         cfg["config_id"], self._release, sealer=self.sealer)
         self.released = 0
         self.late = 0
         self._held = None
@@ -122,7 +153,7 @@ class App:
         from uplink import Uplink
         cfg = self.cfg
         self.ring = Ring(cfg["ring_path"], wire.reading_size(ncols), cfg["ring_records"],
-                         cfg["ring_bytes"])
+                         cfg["ring_bytes"], self._corr_size())
         client = MQTTClient(cfg["client_id"], cfg["broker_user"], cfg["broker_password"],
                             cfg["keepalive"], clock=self.clock)
         host = cfg["broker_host"]
@@ -148,10 +179,13 @@ class App:
         from seriallink import SerialLink, stdio
         cfg = self.cfg
         self.ring = Ring(cfg["ring_path"], wire.reading_size(ncols), cfg["ring_records"],
-                         cfg["ring_bytes"])
+                         cfg["ring_bytes"], self._corr_size())
         write, read = console if console is not None else stdio()
         self.link = SerialLink(self.ring, write, read, self.clock)
         return self.link.send
+
+    def _corr_size(self):
+        return SEALED_SIZE if self.sealer is not None else wire.CORRECTION_SIZE
 
     def _release(self, reading, correction):
         # With a period, a record waits for the next tick of the schedule: when it reaches
@@ -223,7 +257,8 @@ class App:
             self.log("ledger: window %d open; releasing again" % led.window)
             self._capped_window = None
         if code == OK:
-            self.node.release(raw)
+            # The ledger's counter, persisted before this release, is the seal's nonce.
+            self.node.release(raw, led.counter)
             self.released += 1
         elif code == STOPPED:
             self.log("ledger: releases stopped: %s" % led.state())
@@ -342,6 +377,9 @@ def main(path):
         app.run()
     except EntropyError as e:
         print("entropy error: %s" % e)
+        sys.exit(2)
+    except SealError as e:
+        print("seal error: %s" % e)
         sys.exit(2)
     except sensor.StimulusError as e:
         # Readings released before the bad line stay valid; nothing after it is guessed.

@@ -144,7 +144,10 @@ class Ledger:
             return False
         counter, den, window, spent, reads, total, last_s = best
         if lost:
-            # The unreadable slot was at most one spend newer than this one.
+            # The unreadable slot was at most one spend newer than this one. Its counter
+            # may have sealed a record (the nonce, shared_protocol/seal.py), so the counter
+            # moves past it; +2 puts the next write in the unreadable slot, not this one.
+            counter += 2
             spent += (self.row * den + self.unit_den - 1) // self.unit_den
             total += (self.row * den + self.unit_den - 1) // self.unit_den
             reads += 1

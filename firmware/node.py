@@ -4,7 +4,9 @@
     node.step()    # reads, then sends one reading record and its correction record
 
 ``sensor.read()`` returns a list of raw integer readings (one per column);
-``send(reading, correction)`` hands the two encoded records of one release to a
+With a ``sealer`` (shared_protocol/seal.py) the correction record is sealed for the
+correction server; ``release(raw, nonce)`` then needs the ledger's counter of this
+release as the nonce. ``send(reading, correction)`` hands the two encoded records of one release to a
 transport (the ring buffer of an MQTT board, or ``serial_sender``): the reading
 goes to the analyst, the correction to the correction server. The raw and scaled
 values never leave ``release``. The caller decides whether a reading may be
@@ -13,12 +15,12 @@ released at all (the privacy ledger, firmware/ledger.py) before calling ``releas
 
 try:
     from shared_protocol import wire
-    from shared_protocol.layout import INT32_MAX
+    from shared_protocol.layout import INT32_MAX, SEALED_SIZE
     from shared_protocol.tokens import new_token
     from shared_protocol.framing import frame
 except ImportError:
     import wire  # type: ignore[no-redef]  # flat file system: the same module
-    from layout import INT32_MAX
+    from layout import INT32_MAX, SEALED_SIZE
     from tokens import new_token
     from framing import frame
 
@@ -35,7 +37,8 @@ def _clamp_i32(v):
 class Node:
     """The board's main pipeline, with every dependency passed in."""
 
-    def __init__(self, sensor, mechanism, rng, device_id, boot_id, config_id, send, seq=0):
+    def __init__(self, sensor, mechanism, rng, device_id, boot_id, config_id, send, seq=0,
+                 sealer=None):
         self.sensor = sensor
         self.mechanism = mechanism
         self.rng = rng
@@ -45,7 +48,8 @@ class Node:
         self.send = send
         self.seq = seq
         self._rbuf = bytearray(wire.reading_size(len(mechanism.columns)))
-        self._cbuf = bytearray(wire.CORRECTION_SIZE)
+        self.sealer = sealer
+        self._cbuf = bytearray(SEALED_SIZE if sealer is not None else wire.CORRECTION_SIZE)
 
     def step(self):
         """Read and release one record; return its sequence number (None: no reading)."""
@@ -54,8 +58,9 @@ class Node:
             return None
         return self.release(raw)
 
-    def release(self, raw):
-        """Perturb, encode and send one raw reading; return its sequence number."""
+    def release(self, raw, nonce=None):
+        """Perturb, encode and send one raw reading; return its sequence number. ``nonce``:
+        the ledger's counter for this release, never used before (boards that seal)."""
         _, out, d_diff = self.mechanism.perturb(raw)
         for j in range(len(out)):
             out[j] = _clamp_i32(out[j])
@@ -63,7 +68,11 @@ class Node:
         seq = self.seq
         n = wire.encode_reading_into(self._rbuf, self.device_id, self.boot_id, seq, tok,
                                      self.config_id, out)
-        wire.encode_correction_into(self._cbuf, tok, _clamp_i32(d_diff))
+        if self.sealer is not None:
+            self.sealer.seal_into(self._cbuf, self.device_id, self.boot_id, seq, nonce, tok,
+                                  _clamp_i32(d_diff))
+        else:
+            wire.encode_correction_into(self._cbuf, tok, _clamp_i32(d_diff))
         self.send(bytes(self._rbuf[:n]), bytes(self._cbuf))
         self.seq = seq + 1
         return seq

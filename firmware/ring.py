@@ -15,7 +15,7 @@ File layout (shared_protocol/ringlayout.py, which the config checker sizes rings
 with): a 16-byte header (magic ``DPR1``, slot size u16, slot count u16, dropped u32,
 reserved u32), then fixed-size slots, ordinal ``o`` in slot ``o % n``: state u8,
 reading length u8, reserved u16, ordinal u32, the reading padded to ``room`` bytes,
-then the 16-byte correction. State 0 is an unused slot; 0x80 a used one, plus bit 0
+then the correction (16 bytes, or 48 sealed). State 0 is an unused slot; 0x80 a used one, plus bit 0
 while the reading and bit 1 while the correction is unacknowledged.
 
 Guarantees: ``put`` returns after the slot is written (a whole slot in one write,
@@ -44,16 +44,17 @@ _SYNC_EVERY = 32            # acknowledgements kept in RAM at most before a flas
 class Ring:
     """The ring file and a RAM copy of each slot's state (one byte per slot)."""
 
-    def __init__(self, path, room, records, max_bytes):
+    def __init__(self, path, room, records, max_bytes, corr=CORRECTION_SIZE):
         if room < 1 or room > 255:
             raise ValueError("room must be 1..255 bytes")
-        n = slot_count(room, records, max_bytes)
+        n = slot_count(room, records, max_bytes, corr)
         if n < 2:
             raise ValueError("ring holds fewer than 2 records")
         self.path = path
         self.room = room
         self.n = n
-        self.slot = slot_size(room)
+        self.slot = slot_size(room, corr)
+        self.corr = corr            # correction record bytes: plain, or sealed (48)
         self.dropped = 0
         self.lost_on_open = 0       # unsent records of an older layout (config change)
         self.head = 0               # next ordinal to write
@@ -128,7 +129,7 @@ class Ring:
     # -- records -----------------------------------------------------------------------------
     def put(self, reading, correction):
         """Store one record; returns its ordinal. Drops (and counts) the oldest when full."""
-        if len(reading) > self.room or len(correction) != CORRECTION_SIZE:
+        if len(reading) > self.room or len(correction) != self.corr:
             raise ValueError("record does not fit the ring's slots")
         f = self._f
         assert f is not None

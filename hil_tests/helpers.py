@@ -1,7 +1,9 @@
 """Provisioning snippets and oracles the rig tests share."""
 from __future__ import annotations
 
+import struct
 from collections import defaultdict
+from pathlib import Path
 
 from dpsense.cloud import topics
 from dpsense.protocol import wire
@@ -31,11 +33,21 @@ def by_record(pubs: list[Publish], device_user: str) -> dict[tuple[int, int, int
     return out
 
 
-def by_token(pubs: list[Publish]) -> dict[bytes, list[Publish]]:
+def by_token(pubs: list[Publish], data_dir: Path | None = None) -> dict[bytes, list[Publish]]:
+    """Correction records by token; sealed ones opened with the keys in the key store of
+    ``data_dir`` (the test is the correction server here)."""
+    from dpsense.cloud.correction.sealed import KeyStore, open_record
+    from dpsense.protocol import seal
+    keys = KeyStore.for_data_dir(data_dir) if data_dir is not None else None
     out: dict[bytes, list[Publish]] = defaultdict(list)
     for p in pubs:
         if p.topic == topics.CORRECTIONS:
-            out[wire.decode_correction(p.payload)[0]].append(p)
+            if p.payload[1] == seal.KIND_SEALED and keys is not None:
+                k = keys.keys_of(struct.unpack_from("<I", p.payload, 4)[0])
+                assert k is not None, "no key for a sealed record"
+                out[open_record(k, p.payload)[4]].append(p)
+            else:
+                out[wire.decode_correction(p.payload)[0]].append(p)
     return out
 
 

@@ -47,7 +47,7 @@ def test_broker_outage_loses_nothing_and_resends_identical_bytes(rig):
     pubs = publishes(relay)
     records = by_record(pubs, "d7")
     assert len(records) == n
-    corrections = by_token(pubs)
+    corrections = by_token(pubs, rig.cloud.dir)
     assert check_resends(records) > 0 and check_resends(corrections) > 0
     # the device counts a record as resent when either of its two messages went out again
     tokens = {wire.decode_reading(c[0].payload)[3] for c in records.values() if len(c) > 1}
@@ -91,7 +91,7 @@ def test_reset_mid_stream_loses_nothing_and_resends_identical_bytes(rig):
     dup = getattr(rig, "resends_with_dup", True)
     resent = check_resends(records, dup)
     assert resent > 0
-    check_resends(by_token(pubs), dup)
+    check_resends(by_token(pubs, rig.cloud.dir), dup)
     # records of the first boot sent before and after the kill: identical bytes
     across = [k for k, c in records.items() if k[1] == first_boot and len({p.connection for p in c}) > 1]
     assert across

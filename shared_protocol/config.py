@@ -36,6 +36,11 @@ Keys, with defaults where a key is optional:
   ``ring_path``: the Pico): ``ring_path``, ``ring_records`` (64), ``ring_bytes`` (16384)
 * boards with Wi-Fi: ``wifi_ssid``, ``wifi_password``
 * ``ledger_path``, ``period_ms`` (1000)
+* boards with AES (all but the micro:bit): ``corrections`` (``"sealed"``, the default:
+  correction records sealed for the correction server with the keys in ``seal_key_path``,
+  default ``seal.key``, which provisioning writes with a fresh ledger; ``"plaintext"``:
+  plain records, which the correction server takes only from a device it is told is
+  plaintext)
 * ``stimulus``: readings for a rig, a file of readings (one ``v1,v2`` per line) or a
   list of readings; on any board it replaces the profile's sensor (ADC), and boards
   whose sensor is a stimulus source (unix) require it
@@ -43,12 +48,12 @@ Keys, with defaults where a key is optional:
 
 try:
     from .fixedpoint import parse_decimal
-    from .layout import CONFIG_ID_MAX, DEVICE_ID_MAX, MAX_COLS, reading_size
+    from .layout import CONFIG_ID_MAX, CORRECTION_SIZE, DEVICE_ID_MAX, MAX_COLS, SEALED_SIZE, reading_size
     from .ringlayout import slot_count, slot_size
     from .topics import DEVICE_USER
 except ImportError:
     from fixedpoint import parse_decimal
-    from layout import CONFIG_ID_MAX, DEVICE_ID_MAX, MAX_COLS, reading_size
+    from layout import CONFIG_ID_MAX, CORRECTION_SIZE, DEVICE_ID_MAX, MAX_COLS, SEALED_SIZE, reading_size
     from ringlayout import slot_count, slot_size
     from topics import DEVICE_USER
 
@@ -58,7 +63,8 @@ KEYS = ("board", "device_id", "config_id", "columns", "epsilon", "centre", "wind
          "window_seconds", "window_cap", "lifetime_cap", "broker_host", "broker_port", "broker_user",
          "broker_password", "broker_tls", "broker_ca", "broker_tls_insecure", "client_id", "keepalive",
          "max_inflight", "ack_timeout_ms", "backoff_max_ms", "ring_path", "ring_records",
-         "ring_bytes", "wifi_ssid", "wifi_password", "ledger_path", "period_ms", "stimulus")
+         "ring_bytes", "wifi_ssid", "wifi_password", "ledger_path", "period_ms", "stimulus",
+         "corrections", "seal_key_path")
 _BIG = 1 << 62
 
 
@@ -218,6 +224,21 @@ def validate(raw, profile):
             _int(raw, "broker_port", 1, 0xFFFF)
         if "broker_user" in raw:
             _str(raw, "broker_user")
+    # Correction records are sealed for the correction server (shared_protocol/seal.py) with
+    # the keys provisioning wrote to seal_key_path; "plaintext" must be said, on the board
+    # and at the correction server (never a silent fallback). A board without AES (profile
+    # "aes" False: the micro:bit) sends plain records from its own node (mbnode.py).
+    corr_size = CORRECTION_SIZE
+    if profile.get("aes", True):
+        corr = c["corrections"] = raw.get("corrections", "sealed")
+        if corr not in ("sealed", "plaintext"):
+            raise ConfigError("corrections: must be \"sealed\" or \"plaintext\"")
+        c["seal_key_path"] = _str(raw, "seal_key_path", "seal.key")
+        if corr == "sealed":
+            corr_size = SEALED_SIZE
+    elif "corrections" in raw or "seal_key_path" in raw:
+        raise ConfigError("corrections: board %s has no AES; its correction records are plain"
+                          % profile["name"])
     # The micro:bit (ring_path None) keeps records in files of its own (mbio.py).
     if profile["transport"] == "mqtt" or profile.get("ring_path"):
         c["ring_path"] = _str(raw, "ring_path", profile.get("ring_path", "ring.bin"))
@@ -225,8 +246,8 @@ def validate(raw, profile):
         c["ring_bytes"] = _int(raw, "ring_bytes", 64, 1 << 30, 16384)
         # firmware/ring.py's own bound, checked before a board (or the host) builds the ring.
         room = reading_size(m)
-        if slot_count(room, c["ring_records"], c["ring_bytes"]) < 2:
-            raise ConfigError("ring_bytes: too small for 2 records of %d bytes" % slot_size(room))
+        if slot_count(room, c["ring_records"], c["ring_bytes"], corr_size) < 2:
+            raise ConfigError("ring_bytes: too small for 2 records of %d bytes" % slot_size(room, corr_size))
     if profile.get("wifi"):
         c["wifi_ssid"] = _str(raw, "wifi_ssid")
         c["wifi_password"] = _str(raw, "wifi_password", None, True)

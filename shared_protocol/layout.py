@@ -32,3 +32,15 @@ CORRECTION_SIZE = 16
 def reading_size(ncols):
     """Bytes of a reading record with ``ncols`` values."""
     return READING_HEAD_SIZE + 4 * ncols
+
+
+# The sealed correction record (kind 3, shared_protocol/seal.py): a clear head of version,
+# kind, reserved u16, device_id, boot_id, seq and the nonce u32; then the ciphertext of
+# token and d_diff; then a 16-byte tag.
+KIND_SEALED = 3
+SEALED_HEAD = "<BBHIIII"
+SEALED_HEAD_SIZE = 20
+SEALED_BODY = "<8si"           # the plaintext: token (TOKEN_SIZE), d_diff int32
+SEALED_BODY_SIZE = 12
+SEALED_TAG_SIZE = 16
+SEALED_SIZE = 48

@@ -21,12 +21,13 @@ SLOT_HEAD = "<BBHI"
 SLOT_HEAD_SIZE = 8
 
 
-def slot_size(room):
-    """Bytes of one slot for readings of at most ``room`` bytes."""
-    return SLOT_HEAD_SIZE + room + CORRECTION_SIZE
+def slot_size(room, corr=CORRECTION_SIZE):
+    """Bytes of one slot for readings of at most ``room`` bytes and correction records of
+    ``corr`` bytes (a sealed one, layout.SEALED_SIZE, on a board that seals)."""
+    return SLOT_HEAD_SIZE + room + corr
 
 
-def slot_count(room, records, max_bytes):
+def slot_count(room, records, max_bytes, corr=CORRECTION_SIZE):
     """Slots that fit both bounds: at most ``records``, file at most ``max_bytes``."""
-    n = (max_bytes - HEAD_SIZE) // slot_size(room)
+    n = (max_bytes - HEAD_SIZE) // slot_size(room, corr)
     return records if records < n else n

@@ -5,8 +5,8 @@ cloud services, the gateway and the boards agree.
     (READINGS % user).encode()              # b"dpsense/readings/d7", where it publishes
 
 Devices log in as ``d<device_id>`` and publish readings and status under their own
-name; the correction topic is shared and names no device, so the correction server
-cannot tie a token to a device. A device may read one topic, its own ``ACK``. Templates take ``%``, as the rest of the board code
+name; the correction topic is shared (a sealed record names its device in its clear head:
+the correction server needs it to pick the key, docs/privacy.md). A device may read one topic, its own ``ACK``. Templates take ``%``, as the rest of the board code
 does; the ``*_ALL`` filters are the templates filled with the MQTT wildcard.
 """
 

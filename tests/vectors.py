@@ -59,3 +59,28 @@ LAPLACE_SEED1 = {
     (100000, 1): (-16017, -59940, -22306, 104708, 978, -313263, -40262, 5145, 153120, 59150,
                   172518, 135837, -135277, -2787, -130548, -32583, -137517, -278112, 39254, -60339),
 }
+
+# Sealed correction record (kind 3, shared_protocol/seal.py; docs/protocol.md):
+# keys enc = 00 01 .. 0f (AES-128), mac = 20 21 .. 3f (HMAC-SHA-256);
+# device 7, boot 1, seq 42, nonce 5, TOKEN, d_diff -1234.
+SEAL_ENC_KEY = bytes(range(0x00, 0x10))
+SEAL_MAC_KEY = bytes(range(0x20, 0x40))
+SEAL_FIELDS = (7, 1, 42, 5, TOKEN, -1234)       # device, boot, seq, nonce, token, d_diff
+#   01 version | 03 kind=sealed | 00 00 reserved | 07 00 00 00 device | 01 00 00 00 boot
+#   2a 00 00 00 seq=42 | 05 00 00 00 nonce=5
+SEAL_HEADER = bytes.fromhex("0103000007000000010000002a00000005000000")
+#   token || d_diff -1234 = 0xfffffb2e little-endian
+SEAL_PLAINTEXT = bytes.fromhex("0123456789abcdef2efbffff")
+#   4 zero bytes | device 7 | nonce 5 | block counter 0, all big-endian
+SEAL_COUNTER_BLOCK = bytes.fromhex("00000000000000070000000500000000")
+#   plaintext XOR the first 12 bytes of AES-128(enc, counter block)
+SEAL_CIPHERTEXT = bytes.fromhex("f1ae2b3cc47f90dda7bf4d91")
+#   HMAC-SHA-256(mac, header || ciphertext); the record carries its first 16 bytes
+SEAL_HMAC = bytes.fromhex("4822b0e9cd6d7030fa9d88346a6827f5794f6bf60faa15581d9d7b9ef62e9006")
+SEALED_V1 = SEAL_HEADER + SEAL_CIPHERTEXT + SEAL_HMAC[:16]
+# FIPS-197 appendix C.1: AES-128 with key 00..0f on 00112233445566778899aabbccddeeff.
+AES128_FIPS197 = (bytes(range(16)), bytes.fromhex("00112233445566778899aabbccddeeff"),
+                  bytes.fromhex("69c4e0d86a7b0430d8cdb78070b4c55a"))
+# RFC 4231 test case 2: HMAC-SHA-256 with key "Jefe".
+HMAC_RFC4231_2 = (b"Jefe", b"what do ya want for nothing?",
+                  bytes.fromhex("5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"))

@@ -127,8 +127,10 @@ def _provision_examples() -> str:
         "--from-profile profile.json --broker-host 192.168.1.20",
         "  python tools/flash.py provision --board pico --port /dev/ttyACM0 --device-id 9 "
         "--config-json pico.json",
-        "  python tools/flash.py provision --board microbit --port /dev/ttyACM0 --device-id 10",
-        "  python tools/flash.py provision --board qemu-microbit --port /dev/pts/3 --device-id 7"
+        "  python tools/flash.py provision --board microbit --port /dev/ttyACM0 --device-id 10 "
+        "--plaintext-corrections   # no AES on the micro:bit",
+        "  python tools/flash.py provision --board qemu-microbit --port /dev/pts/3 --device-id 7 "
+        "--plaintext-corrections"
         "   # pty from `flash.py qemu`",
         "  python tools/flash.py provision --board unix --port out/unix --device-id 7 "
         "--config-json unix.json",
@@ -152,7 +154,8 @@ def _verify_examples() -> str:
 def _all_examples() -> str:
     return "\n".join([
         "  # the emulated micro:bit: QEMU, node files, config, checks, then the node runs",
-        "  python tools/flash.py all --board qemu-microbit --device-id 7 --password-file d7.pw",
+        "  python tools/flash.py all --board qemu-microbit --device-id 7 --plaintext-corrections "
+        "--password-file d7.pw",
         "  dpsense gateway --port /dev/pts/N --device-id 7 --password-file d7.pw   # N as printed",
         "  # a real ESP32 (MicroPython image from micropython.org/download/ESP32_GENERIC)",
         "  python tools/flash.py all --board esp32 --port /dev/ttyUSB0 --image %s --device-id 7 "
@@ -167,7 +170,7 @@ def _all_examples() -> str:
         "--config-json pico.json --password-file d9.pw" % PICO_IMAGE,
         "  # a real micro:bit v1: then `dpsense gateway --port <printed pty> --device-id 10 --password-file d10.pw`",
         "  python tools/flash.py all --board microbit --port /dev/ttyACM0 --image %s "
-        "--device-id 10 --password-file d10.pw" % MICROBIT_IMAGE,
+        "--device-id 10 --plaintext-corrections --password-file d10.pw" % MICROBIT_IMAGE,
         "  # the unix port, into a folder",
         "  python tools/flash.py all --board unix --port out/unix --device-id 7 --config-json unix.json",
     ])
@@ -289,6 +292,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the broker's CA certificate (PEM or DER, e.g. "
                         "dpsense-data/broker/tls/ca.pem): an MQTT board gets it as ca.der and "
                         "speaks TLS (required for a broker off loopback)")
+        sp.add_argument("--correction-data-dir", metavar="DIR",
+                        help="the correction server's data directory, whose key store "
+                        "(correction-keys/keys.json) gets the board's correction-record keys "
+                        "(default: --data-dir, one machine for every service)")
+        sp.add_argument("--plaintext-corrections", action="store_true",
+                        help="the board sends plain correction records (the micro:bit, which has no "
+                        "AES, or a config with corrections \"plaintext\"): the correction server is "
+                        "told to accept them from this device, and the broker and a gateway can read "
+                        "them (docs/privacy.md). Without it, the board gets keys and seals them")
         sp.add_argument("--password-file", metavar="PATH",
                         help="also write the device account's password here (mode 0600), e.g. "
                         "for `dpsense gateway --password-file PATH`; the broker keeps no copy")
@@ -481,7 +493,28 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
     if mqtt and der is not None:
         ca_name, _ = pv.write_ca(repl, der, folder)
         log("  %-30s %6d bytes  the broker's CA (DER), for broker_ca" % (ca_name, len(der)))
-    name, data = pv.write_config(repl, cfg, folder, args.board)
+    from dpsense.cloud.correction.sealed import KeyStore
+    keys = KeyStore.for_data_dir(args.correction_data_dir or args.data_dir)
+    aes = pv.board_profile(args.board).get("aes", True)
+    sealed = aes and cfg.get("corrections", "sealed") == "sealed"
+    if not sealed and not args.plaintext_corrections:
+        raise SystemExit("flash: board %s sends plain correction records (%s): say so with "
+                         "--plaintext-corrections (the broker and a gateway can then read them)"
+                         % (args.board, "corrections \"plaintext\"" if aes else "no AES"))
+    if sealed and args.plaintext_corrections:
+        raise SystemExit("flash: --plaintext-corrections with a config that seals (corrections \"sealed\")")
+    # New keys for the board and the correction server's key store only, with a fresh ledger.
+    seal_key = keys.add_device(args.device_id).to_bytes() if sealed else None
+    if sealed:
+        cfg.setdefault("seal_key_path", "seal.key")
+    name, data = pv.write_config(repl, cfg, folder, args.board, seal_key)
+    if sealed:
+        log("  %-30s %6d bytes  correction-record keys; the correction server's copy: %s"
+            % (cfg["seal_key_path"], len(seal_key or b""), keys.path))
+    else:
+        keys.set_plaintext(args.device_id)
+        log("  correction records: plaintext, accepted from device %d by the correction server (%s)"
+            % (args.device_id, keys.path))
     where = folder / name if folder is not None else "%s on the board" % name
     log("  %-30s %6d bytes  verified (%s)" % (where, len(data), ", ".join(sorted(cfg))))
     if name == "config.json":

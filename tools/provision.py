@@ -303,24 +303,33 @@ def microbit_config_text(cfg: dict[str, Any]) -> str:
 
 
 def write_config(repl: RawRepl | None, cfg: dict[str, Any], folder: Path | None = None,
-                 board: str = "unix") -> tuple[str, bytes]:
+                 board: str = "unix", seal_key: bytes | None = None) -> tuple[str, bytes]:
     """Write ``cfg`` as the board's config file (in ``folder`` for the unix port), and on
     a board with a ledger file a fresh ledger (a new lifetime budget: the board refuses to
-    release with a damaged or missing one until this is done again); the config's name and
-    bytes."""
+    release with a damaged or missing one until this is done again); ``seal_key`` (the
+    board's correction-record keys) goes with that fresh ledger, whose counter is the seal's
+    nonce: new keys and a counter from 0 always together. The config's name and bytes."""
     from dpsense.protocol.ledgerfile import fresh
     name, data = config_file(board, cfg)
     ledger = None
     if name == "config.json":
         ledger = cfg.get("ledger_path") or board_profile(board).get("ledger_path")
+    key_path = cfg.get("seal_key_path") if seal_key is not None else None
+    if seal_key is not None and not (ledger and key_path):
+        raise ValueError("keys go to a board with a ledger and a seal_key_path")
     if folder is not None:
         (folder / name).write_bytes(data)
         os.chmod(folder / name, 0o600)
+        if key_path:
+            from dpsense.cloud.files import write_private
+            write_private(folder / key_path, seal_key or b"")
         if ledger:
             (folder / ledger).write_bytes(fresh())
     else:
         assert repl is not None
         repl.write_file(name, data)
+        if key_path:
+            repl.write_file(key_path, seal_key or b"")
         if ledger:
             repl.write_file(ledger, fresh())
     return name, data

@@ -8,6 +8,7 @@ from dpsense.cloud.errors import DpsenseError, ServiceError, UsageError
 
 if TYPE_CHECKING:
     import threading
+    from pathlib import Path
 
     from dpsense.cloud.config import Settings
     from dpsense.cloud.ingest.service import Connection
@@ -166,21 +167,28 @@ class IngestThread:
     whose command then reports why (``check``)."""
 
     def __init__(self, conn: "Connection", open_store: "Callable[[], object]", role: str,
-                 stop: "threading.Event", share: str | None = None) -> None:
+                 stop: "threading.Event", share: str | None = None,
+                 data_dir: "Path | None" = None) -> None:
         import threading
         self.error: BaseException | None = None
         self._conn, self._open, self._role, self._stop = conn, open_store, role, stop
         self._share = share         # an MQTT shared subscription group (docs/scale-out.md), or None
+        self._data_dir = data_dir   # the correction role's key store lives there
         self.thread = threading.Thread(target=self._run, name="ingest-" + role, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
+        from dpsense.cloud.correction.sealed import sealed_ingest
         from dpsense.cloud.devices import status_ingest
         from dpsense.cloud.ingest.service import IngestService
         try:
             with self._open() as store:  # type: ignore[attr-defined]
-                make = {"analyst": IngestService.for_analyst, "correction": IngestService.for_correction,
-                        "status": status_ingest}[self._role]
+                if self._role == "correction":
+                    # Sealed records only (and plain ones from devices configured plaintext).
+                    assert self._data_dir is not None, "the correction ingest needs its data dir"
+                    sealed_ingest(self._conn, store, self._data_dir, share=self._share).run(self._stop)
+                    return
+                make = {"analyst": IngestService.for_analyst, "status": status_ingest}[self._role]
                 make(self._conn, store, share=self._share).run(self._stop)
         except BaseException as e:  # noqa: BLE001 - raised again in the command's thread by check()
             self.error = e

@@ -203,8 +203,9 @@ def do_ingest(args: argparse.Namespace) -> int:
         store = open_analyst_store(st.analyst_db)
         svc = status_ingest(conn, store, share=share, batch_size=args.batch_size, retire=args.retire)
     else:
+        from dpsense.cloud.correction.sealed import sealed_ingest
         store = open_correction_store(st.correction_db)
-        svc = IngestService.for_correction(conn, store, share=share, batch_size=args.batch_size, retire=args.retire)
+        svc = sealed_ingest(conn, store, st.data_dir, share=share, batch_size=args.batch_size, retire=args.retire)
     print("ingest: %s records from %s:%d into %s" % (args.role, st.broker_host, st.broker_port,
           st.correction_db if args.role == "correction" else st.analyst_db), file=sys.stderr, flush=True)
     try:
@@ -262,6 +263,10 @@ def do_status(args: argparse.Namespace) -> int:
         print("correction  %d records, %d dead letters (%d distinct)"
               % (c.count(), c.dead_letter_messages(), c.dead_letter_count()))
         ctokens = c.token_array()
+    from dpsense.cloud.correction.sealed import KeyStore
+    sealed, plain = KeyStore.for_data_dir(st.data_dir).devices()
+    print("sealing     correction records sealed end to end for %d devices; plaintext (readable by the broker "
+          "and a gateway) for %s" % (len(sealed), "devices " + ", ".join(map(str, plain)) if plain else "none"))
     only_a = np.setdiff1d(tokens, ctokens).size
     only_c = np.setdiff1d(ctokens, tokens).size
     print("matching    %d readings without a correction record, %d correction records without a reading"
@@ -461,7 +466,8 @@ def do_correction(args: argparse.Namespace) -> int:
     if not args.no_ingest:
         ingest = IngestThread(connection_for(st, worker_account("correction" + INGEST_SUFFIX, args.worker), pw),
                               opener, "correction", stop,
-                              share="correction" + INGEST_SUFFIX if args.worker is not None else None)
+                              share="correction" + INGEST_SUFFIX if args.worker is not None else None,
+                              data_dir=st.data_dir)
     try:
         server.run(stop)
     except KeyboardInterrupt:

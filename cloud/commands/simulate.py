@@ -34,6 +34,7 @@ from dpsense.cloud.errors import DpsenseError
 from dpsense.cloud.fleetpub import Message
 from dpsense.cloud.profile import calibrate, save_profile
 from dpsense.cloud.report import noise_source
+from dpsense.cloud.correction.sealed import provision_keys
 from dpsense.cloud.simulate import (Encoded, FleetEncoder, FleetPublisher, boot_id_now, encode_fleet,
                                     save_ground_truth, stderr_progress)
 
@@ -90,7 +91,9 @@ def run_simulation(settings: Settings, args: argparse.Namespace) -> dict[str, fl
           % (len(x), x.shape[1], devices, profile.epsilon, noise_source(seed)),
           file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    enc = encode_fleet(x, profile, devices, seed, progress=log("perturbed"))
+    # New keys for this fleet: the correction server opens only sealed records.
+    keys = provision_keys(settings.data_dir, list(range(1, devices + 1)))
+    enc = encode_fleet(x, profile, devices, seed, progress=log("perturbed"), keys=keys)
     t_enc = time.perf_counter() - t0
     save_ground_truth(Path(settings.data_dir) / "groundtruth.npz", enc, outlier, profile)
     save_profile(settings.data_dir, profile)
@@ -152,7 +155,8 @@ def run_steady(settings: Settings, args: argparse.Namespace, stop: threading.Eve
     broker = Broker(settings.data_dir, port=settings.broker_port, host=settings.broker_host)
     passwords = broker.add_devices(list(range(1, devices + 1)))
     seed = getattr(args, "seed", None)
-    enc = FleetEncoder(profile, devices, seed, boot_id_now())
+    enc = FleetEncoder(profile, devices, seed, boot_id_now(),
+                       keys=provision_keys(settings.data_dir, list(range(1, devices + 1))))
     blocks = data_blocks(args, int(min(max(rate, 100), 10_000)))
     say = _say
     say("simulate: %g readings/s from %d devices (boot %d), %s; epsilon %s per column; %s"

@@ -21,6 +21,7 @@ quiet for ``idle_s`` and the broker acknowledged everything, ``tick`` logs
 from __future__ import annotations
 
 import json
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -28,7 +29,7 @@ from typing import Any, Callable
 from dpsense.cloud import topics
 from dpsense.cloud.gateway.acks import Acknowledgements, poll_count
 from dpsense.cloud.gateway.events import expand_event, parse_event
-from dpsense.protocol import wire
+from dpsense.protocol import seal, wire
 from dpsense.protocol.framing import MAX_TEXT, LineSplitter, unframe
 
 
@@ -60,6 +61,9 @@ class GatewayStats:
         return self.readings + self.corrections + self.status
 
 
+_TOKENS_KEPT = 4096         # (boot, seq) -> token of the last readings relayed
+
+
 class Gateway:
     """Lines in, QoS 1 publishes out, acknowledgements back to the board.
 
@@ -82,6 +86,10 @@ class Gateway:
         self._splitter = LineSplitter(MAX_TEXT)
         self._last_line = time.monotonic()
         self._idle_reported = -1
+        # A sealed correction record hides its token from the gateway; its clear (boot, seq)
+        # names the reading relayed just before it, whose token the board's acknowledgement
+        # carries. Bounded: the board keeps at most its ring's records unacknowledged.
+        self._tokens: dict[tuple[int, int], bytes] = {}
 
     def acked(self, mid: int | None = None) -> None:
         self.acks.broker_acked(mid)
@@ -117,6 +125,9 @@ class Gateway:
             return
         try:
             payload = unframe(line)
+            if len(payload) == seal.SEALED_SIZE and payload[:2] == bytes((wire.VERSION, seal.KIND_SEALED)):
+                self._sealed(payload)
+                return
             kind, fields = wire.decode(payload)
         except wire.ProtocolError as e:
             self._malformed(str(e))
@@ -125,10 +136,27 @@ class Gateway:
             self.stats.readings += 1
             mid = self.publish(topics.READINGS % self.device_user, payload)
             self.acks.track_record(mid, fields[3], kind)
+            if len(self._tokens) >= _TOKENS_KEPT:
+                del self._tokens[next(iter(self._tokens))]
+            self._tokens[(fields[1], fields[2])] = fields[3]
         else:
             self.stats.corrections += 1
             mid = self.publish(topics.CORRECTIONS, payload)
             self.acks.track_record(mid, fields[0], kind)
+
+    def _sealed(self, payload: bytes) -> None:
+        """Relay a sealed correction record unchanged (the gateway cannot open it); its
+        acknowledgement to the board goes with the token of its reading, when known."""
+        _, _, _, device_id, boot_id, seq, _ = struct.unpack_from(seal.HEAD, payload, 0)
+        if topics.device_username(device_id) != self.device_user:
+            self._malformed("sealed record of device %d on the line of %s" % (device_id, self.device_user))
+            return
+        self.stats.corrections += 1
+        mid = self.publish(topics.CORRECTIONS, payload)
+        token = self._tokens.get((boot_id, seq))
+        if token is not None:
+            # Unknown (the gateway restarted between the two): the board resends both.
+            self.acks.track_record(mid, token, wire.KIND_CORRECTION)
 
     def _event(self, line: bytes) -> None:
         try:

@@ -173,6 +173,8 @@ class IngestService:
 
     @classmethod
     def for_correction(cls, conn: Connection, store: Any, share: str | None = None, **kw: Any) -> "IngestService":
+        """Plain correction records, unchecked for their device: the services run
+        cloud/correction/sealed.py's ``sealed_ingest`` instead (sealed records, no downgrade)."""
         return cls(conn, shared_filter(share, topics.CORRECTIONS), classify_correction, store, **kw)
 
     # -- paho callbacks (network thread) ------------------------------------------------

@@ -17,4 +17,5 @@ PROFILE = {
     "ledger_path": "ledger.bin",
     "float_bits": 32,
     "clock": None,               # restarts at boot; no NTP sync in the firmware
+    "aes": False,                # MicroPython 1.9.2 has no cryptolib: plain correction records
 }

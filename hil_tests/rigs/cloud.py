@@ -142,6 +142,17 @@ class CloudSide:
         return p.read_text(errors="replace") if p.exists() else ""
 
     # -- accounts and data ---------------------------------------------------------------------
+    def seal_keys(self, device_id: int) -> bytes:
+        """New keys for ``device_id`` in the correction server's key store (as `tools/flash.py
+        provision` makes them); the board's key file."""
+        from dpsense.cloud.correction.sealed import KeyStore
+        return KeyStore.for_data_dir(self.dir).add_device(device_id).to_bytes()
+
+    def plaintext_device(self, device_id: int) -> None:
+        """The correction server's plaintext switch for a board without AES (the micro:bit)."""
+        from dpsense.cloud.correction.sealed import KeyStore
+        KeyStore.for_data_dir(self.dir).set_plaintext(device_id)
+
     def add_device(self, device_id: int) -> tuple[str, str]:
         # Letters only: the raw-value scan looks for decimal digits in everything sent.
         return self.broker.add_device(device_id, password="hilDevicePassword")
@@ -165,6 +176,13 @@ class CloudSide:
     def dead_letters(self) -> int:
         with open_analyst_store("sqlite:///%s" % self.analyst_db) as s:
             return s.dead_letter_count()
+
+    def correction_dead_letters(self) -> list[str]:
+        """The correction server's dead letters' reasons."""
+        if not self.correction_db.exists():
+            return []
+        with open_correction_store("sqlite:///%s" % self.correction_db) as s:
+            return [d.reason for d in s.dead_letters()]
 
     def corrections(self, tokens: list[bytes]) -> dict[bytes, int]:
         if not self.correction_db.exists():

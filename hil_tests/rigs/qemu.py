@@ -87,6 +87,8 @@ class QemuRig(TapRig):
     def config(self, device_id: int, **keys: Any) -> dict[str, Any]:
         """The same provisioning keys as the unix rig; the gateway publishes as ``user``."""
         user, password = self.cloud.add_device(device_id)
+        # No AES on the micro:bit: its plain correction records are accepted only by name.
+        self.cloud.plaintext_device(device_id)
         cfg = {"device_id": device_id, "broker_host": "127.0.0.1",
                "broker_port": self.cloud.relay.port, "broker_user": user,
                "broker_password": password}

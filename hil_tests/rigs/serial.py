@@ -177,6 +177,11 @@ class FirmwareRig(TapRig):
         account its gateway publishes as)."""
         user, password = self.cloud.add_device(device_id)
         self.account = (device_id, password)
+        # Keys with a fresh ledger, as provisioning writes them (the seal's nonce is its counter).
+        self.put("seal.key", self.cloud.seal_keys(device_id))
+        ledger = board_profile(self.board).get("ledger_path")
+        if ledger:
+            self._board().exec("import os\ntry:\n os.remove(%r)\nexcept OSError:\n pass" % ledger, 30)
         cfg: dict[str, Any] = {"device_id": device_id, "broker_host": self.broker_host,
                                "broker_port": self.cloud.relay.port, "broker_user": user,
                                "broker_password": password}

@@ -57,6 +57,11 @@ class UnixRig:
     def config(self, device_id: int, **keys: Any) -> dict[str, Any]:
         """A provisioning config whose broker is the cloud side's relay."""
         user, password = self.cloud.add_device(device_id)
+        # Keys with a fresh ledger, as provisioning writes them (the seal's nonce is its counter).
+        self.put("seal.key", self.cloud.seal_keys(device_id))
+        ledger = self.dir / "ledger.bin"
+        if ledger.exists():
+            ledger.unlink()
         cfg = {"device_id": device_id, "broker_host": "127.0.0.1",
                "broker_port": self.cloud.relay.port, "broker_user": user,
                "broker_password": password, "backoff_max_ms": 1000}

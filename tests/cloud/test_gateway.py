@@ -7,6 +7,7 @@ import json
 from dpsense.cloud.gateway.relay import Gateway
 from dpsense.protocol import wire
 from dpsense.protocol.framing import frame
+from tests import vectors
 
 TOKEN = bytes(range(8))
 READING = wire.encode_reading(7, 1, 0, TOKEN, 3, [1200, -5])
@@ -231,10 +232,13 @@ def _pico_app(tmp_path, rows, gw, up):
                      "delta_q": 50}] * 2,
         "epsilon": "0.5", "centre": [0, 0], "window_records": 100, "window_cap": "100",
         "period_ms": 0, "stimulus": rows, "ring_path": str(tmp_path / "ring.bin"),
-        "ledger_path": str(tmp_path / "ledger.bin")}, pico.PROFILE)
+        "ledger_path": str(tmp_path / "ledger.bin"), "seal_key_path": str(tmp_path / "seal.key")},
+        pico.PROFILE)
     from ledger import provision
     if not (tmp_path / "ledger.bin").exists():
+        # Provisioning writes the keys with a fresh ledger (the seal's nonce is its counter).
         provision(cfg["ledger_path"])
+        (tmp_path / "seal.key").write_bytes(vectors.SEAL_ENC_KEY + vectors.SEAL_MAC_KEY)
     logs: list[str] = []
 
     def write(data):
@@ -267,9 +271,13 @@ def _acking_gateway():
 
 
 def _stored(pubs):
-    """What the cloud keeps: readings by (device, boot, seq), corrections by token."""
+    """What the cloud keeps: readings by (device, boot, seq), corrections by token (the board
+    seals them; the correction server opens them with its keys)."""
+    from dpsense.cloud.correction.sealed import DeviceKeys, open_record
+    keys = DeviceKeys(vectors.SEAL_ENC_KEY, vectors.SEAL_MAC_KEY)
     readings = {wire.decode_reading(p)[:3]: p for t, p in pubs if t == "dpsense/readings/d7"}
-    corrections = {wire.decode_correction(p)[0]: p for t, p in pubs if t == "dpsense/corrections"}
+    corrections = {open_record(keys, p)[4]: p for t, p in pubs if t == "dpsense/corrections"}
+    assert set(corrections) == {wire.decode_reading(p)[3] for p in readings.values()}
     return readings, corrections
 
 

@@ -34,6 +34,7 @@ from dpsense.cloud.dashboard.data import MAX_POINTS, StoreSource
 from dpsense.cloud.dashboard.server import DashboardServer
 from dpsense.cloud.datasets import paper1_synthetic
 from dpsense.cloud.profile import calibrate
+from dpsense.cloud.correction.sealed import provision_keys
 from dpsense.cloud.simulate import Encoded, FleetEncoder, FleetPublisher
 from dpsense.cloud.storage import Reading, Verdict, open_analyst_store
 from dpsense.cloud.storage.records import WindowOutcome
@@ -196,7 +197,8 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
                 _wait("%s subscribed to %s" % (name, topic.decode()),
                       lambda n=name, t=topic: _in_log(logs / n, b"subscribed to " + t), 60, logs / name)
 
-            fleet = FleetEncoder(profile, DEVICES, seed=3)
+            fleet = FleetEncoder(profile, DEVICES, seed=3,
+                                 keys=provision_keys(settings.data_dir, list(range(1, DEVICES + 1))))
             enc = _withhold(fleet.encode(x), WITHHELD)
             pub = FleetPublisher(settings, device_pws, DEVICES)
             pub.connect()

@@ -97,3 +97,14 @@ class RandomBits:
 
     def getrandbits(self, k):
         return 0
+
+
+def seal_key(name):
+    """A board's key file (shared_protocol/seal.py: enc || mac) with the vectors' keys, as
+    provisioning writes it next to a fresh ledger; its path."""
+    from tests import vectors
+    p = scratch(name)
+    f = open(p, "wb")
+    f.write(vectors.SEAL_ENC_KEY + vectors.SEAL_MAC_KEY)
+    f.close()
+    return p

@@ -15,6 +15,7 @@ MODULES = (
     "tests.portable.test_tokens",
     "tests.portable.test_layout",
     "tests.portable.test_wire",
+    "tests.portable.test_seal",
     "tests.portable.test_framing",
     "tests.portable.test_mechanism",
     "tests.portable.test_node",
@@ -28,6 +29,7 @@ MODULES = (
     "tests.portable.test_fw_mqtt",
     "tests.portable.test_fw_uplink",
     "tests.portable.test_fw_seriallink",
+    "tests.portable.test_fw_seal",
 )
 
 passed = failed = 0

@@ -254,6 +254,7 @@ def _pico_cfg(name, rows):
         "epsilon": "0.5", "centre": [0, 0], "window_records": 100, "window_cap": "100",
         "period_ms": 0, "stimulus": rows,
         "ring_path": fwutil.scratch(name + "-ring"), "ledger_path": fwutil.scratch(name + "-ledger"),
+        "seal_key_path": fwutil.seal_key(name + "-key"),
     }, pico.PROFILE)
 
 
@@ -285,7 +286,7 @@ def test_the_pico_firmware_keeps_each_record_until_the_gateway_acknowledges_it()
     assert logs[-2].startswith("stimulus done: 3 readings, 3 released, ")
     assert gw.records == 3 and app.ring.pending == 0
     assert len([x for x in con.lines() if x[:1] == b"~"]) == 6
-    for k in ("ring_path", "ledger_path"):
+    for k in ("ring_path", "ledger_path", "seal_key_path"):
         fwutil.remove(cfg[k])
 
 
@@ -305,5 +306,5 @@ def test_unacknowledged_records_are_kept_and_resent_identically_at_the_next_boot
     assert [x for x in con2.lines() if x[:1] == b"~"][:6] == sent     # never re-perturbed
     assert logs2[-1] == "idle: all 1 records acknowledged (3 resent)", logs2
     assert app2.ring.pending == 0 and gw2.records == 4
-    for k in ("ring_path", "ledger_path"):
+    for k in ("ring_path", "ledger_path", "seal_key_path"):
         fwutil.remove(cfg[k])

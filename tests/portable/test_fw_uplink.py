@@ -305,7 +305,8 @@ def test_an_esp32_turns_its_radio_on_before_its_first_random_draw():
         "columns": [{"num": 1, "den": 1, "offset": 0, "raw_min": -10, "raw_max": 10, "delta_q": 5}],
         "broker_host": "192.168.1.20", "broker_password": "pw", "wifi_ssid": "lab",
         "wifi_password": "pw", "stimulus": [[1]],
-        "ring_path": fwutil.scratch("up9-ring"), "ledger_path": fwutil.scratch("up9-ledger")},
+        "ring_path": fwutil.scratch("up9-ring"), "ledger_path": fwutil.scratch("up9-ledger"),
+        "seal_key_path": fwutil.seal_key("up9-key")},
         esp32.PROFILE)
     saved = sys.modules.get("network")
     sys.modules["network"] = net
@@ -322,5 +323,5 @@ def test_an_esp32_turns_its_radio_on_before_its_first_random_draw():
     assert a.uplink.link_up is a.wifi
     a.ring.close()
     a.ledger.close()
-    for k in ("ring_path", "ledger_path"):
+    for k in ("ring_path", "ledger_path", "seal_key_path"):
         fwutil.remove(cfg[k])

@@ -27,3 +27,17 @@ def test_seeded_values_match_vectors():
     assert " ".join("%02x" % b for b in vectors.TOKEN_SEED1) in DOC
     assert ", ".join(map(str, vectors.LAPLACE_SEED1[(73, 10)])) in DOC
     assert ", ".join(map(str, vectors.LAPLACE_SEED1[(1000, 1)][:10])) in DOC
+
+
+def test_sealed_vectors_match():
+    rows = {}
+    for b in _blocks():
+        for line in b.splitlines():
+            name, _, rest = line.partition("  ")
+            if name in ("enc key", "mac key", "head", "plaintext", "counter block", "ciphertext",
+                        "hmac", "record"):
+                rows[name] = bytes.fromhex(rest)
+    assert rows == {
+        "enc key": vectors.SEAL_ENC_KEY, "mac key": vectors.SEAL_MAC_KEY, "head": vectors.SEAL_HEADER,
+        "plaintext": vectors.SEAL_PLAINTEXT, "counter block": vectors.SEAL_COUNTER_BLOCK,
+        "ciphertext": vectors.SEAL_CIPHERTEXT, "hmac": vectors.SEAL_HMAC, "record": vectors.SEALED_V1}

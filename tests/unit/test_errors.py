@@ -432,6 +432,14 @@ def test_a_bad_stimulus_line_stops_the_board_with_file_and_line(tmp_path):
            "broker_password": "unused", "period_ms": 0, "stimulus": "readings.txt"}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     (tmp_path / "readings.txt").write_text("1,2\n# a comment\n3,x4\n5,6\n")
+    # Without its correction-record keys the board seals nothing and stops first.
+    r = subprocess.run([exe, str(ROOT / "firmware" / "main.py"), "config.json"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=30)
+    out = r.stdout + r.stderr
+    _no_traceback(out)
+    assert r.returncode == 2, out
+    assert out.strip().splitlines()[-1].startswith("seal error: seal.key: no key file"), out
+    (tmp_path / "seal.key").write_bytes(bytes(range(48)))
     r = subprocess.run([exe, str(ROOT / "firmware" / "main.py"), "config.json"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=30)
     out = r.stdout + r.stderr

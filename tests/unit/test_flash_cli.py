@@ -262,3 +262,40 @@ def test_provision_puts_the_brokers_ca_on_an_mqtt_board_as_der(tmp_path, capsys)
     with pytest.raises(pv.ProvisionError, match="broker_host: 192.168.1.20 is off loopback"):
         pv.build_config("esp32", dict(pv.DEMO_CONFIG, wifi_ssid="x", wifi_password=""), 7, "pw",
                         "192.168.1.20", 1883)
+
+
+@needs_tools
+def test_provision_gives_the_board_and_the_correction_server_the_same_new_keys(tmp_path, capsys) -> None:
+    """Keys go to the board (seal.key, 0600, with a fresh ledger) and to the correction server's
+    key store, new ones each time; a plain board is provisioned only by name."""
+    from dpsense.cloud.correction.sealed import KeyStore
+    from dpsense.protocol.ledgerfile import fresh
+    board = tmp_path / "board"
+    data = tmp_path / "data"
+    conf = tmp_path / "unix.json"
+    conf.write_text(json.dumps(dict(pv.DEMO_CONFIG, stimulus="readings.txt")))
+    args = ["provision", "--board", "unix", "--port", str(board), "--device-id", "7",
+            "--config-json", str(conf), "--data-dir", str(data)]
+    assert run(capsys, *args)[0] == 0
+    first = (board / "seal.key").read_bytes()
+    keys = KeyStore.for_data_dir(data)
+    assert keys.keys_of(7).to_bytes() == first and len(first) == 48      # type: ignore[union-attr]
+    assert (board / "seal.key").stat().st_mode & 0o077 == 0 and keys.path.stat().st_mode & 0o077 == 0
+    assert (board / "ledger.bin").read_bytes() == fresh()
+    (board / "ledger.bin").write_bytes(b"spent")
+    assert run(capsys, *args)[0] == 0
+    assert (board / "seal.key").read_bytes() == keys.keys_of(7, fresh=True).to_bytes() != first  # type: ignore[union-attr]
+    assert (board / "ledger.bin").read_bytes() == fresh()
+    # corrections "plaintext": refused unless named, then the server's switch, and no keys.
+    conf.write_text(json.dumps(dict(pv.DEMO_CONFIG, stimulus="readings.txt", corrections="plaintext")))
+    (board / "seal.key").unlink()
+    rc, out, err = run(capsys, *args)
+    assert rc != 0 and "--plaintext-corrections" in err + out
+    assert run(capsys, *args, "--plaintext-corrections")[0] == 0
+    assert keys.keys_of(7, fresh=True) is None and keys.is_plaintext(7) and not (board / "seal.key").exists()
+    # The correction server on a data dir of its own: its key store only, not the broker's dir.
+    conf.write_text(json.dumps(dict(pv.DEMO_CONFIG, stimulus="readings.txt")))
+    cs = tmp_path / "cs-data"
+    assert run(capsys, *args, "--correction-data-dir", str(cs))[0] == 0
+    assert KeyStore.for_data_dir(cs).keys_of(7).to_bytes() == (board / "seal.key").read_bytes()  # type: ignore[union-attr]
+    assert keys.is_plaintext(7) and keys.keys_of(7, fresh=True) is None

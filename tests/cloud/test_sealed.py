@@ -1,0 +1,259 @@
+"""The correction server's side of sealed records (cloud/correction/sealed.py): the vectors
+recomputed with ``cryptography``, forged and replayed records dead-lettered, no downgrade."""
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+from cryptography.hazmat.primitives import hashes, hmac
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+from dpsense.cloud.correction.sealed import (DeviceKeys, KeyStore, ReplayGuard, SealedError, SealedIngest,
+                                             SealedStore, open_record)
+from dpsense.cloud.errors import UsageError
+from dpsense.cloud.storage.repository import Correction, DeadLetter
+from dpsense.cloud.topics import CORRECTIONS
+from dpsense.protocol import seal
+from tests import vectors
+
+KEYS = DeviceKeys(vectors.SEAL_ENC_KEY, vectors.SEAL_MAC_KEY)
+
+
+class _Ecb:
+    def __init__(self, key: bytes) -> None:
+        self._e = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
+
+    def encrypt(self, block: bytes) -> bytes:
+        return self._e.update(bytes(block))
+
+
+def sealer(keys: DeviceKeys = KEYS) -> seal.Sealer:
+    return seal.Sealer(keys.enc, keys.mac, aes=_Ecb)
+
+
+def test_vectors_recomputed_with_cryptography():
+    enc = Cipher(algorithms.AES(vectors.SEAL_ENC_KEY), modes.CTR(vectors.SEAL_COUNTER_BLOCK)).encryptor()
+    ct = enc.update(vectors.SEAL_PLAINTEXT) + enc.finalize()
+    assert ct == vectors.SEAL_CIPHERTEXT
+    h = hmac.HMAC(vectors.SEAL_MAC_KEY, hashes.SHA256())
+    h.update(vectors.SEAL_HEADER + ct)
+    assert h.finalize() == vectors.SEAL_HMAC
+    assert vectors.SEAL_HEADER == struct.pack("<BBHIIII", 1, 3, 0, 7, 1, 42, 5)
+    assert vectors.SEAL_PLAINTEXT == struct.pack("<8si", vectors.TOKEN, -1234)
+    e = Cipher(algorithms.AES(vectors.AES128_FIPS197[0]), modes.ECB()).encryptor()
+    assert e.update(vectors.AES128_FIPS197[1]) == vectors.AES128_FIPS197[2]
+
+
+def test_open_record_gives_the_fields_back():
+    assert open_record(KEYS, vectors.SEALED_V1) == vectors.SEAL_FIELDS
+
+
+@pytest.mark.parametrize("pos", [0, 4, 12, 16, 20, 31, 32, 47])
+def test_any_changed_byte_is_refused(pos):
+    bad = bytearray(vectors.SEALED_V1)
+    bad[pos] ^= 0x01
+    with pytest.raises(SealedError, match="tag does not match"):
+        open_record(KEYS, bytes(bad))
+
+
+def test_wrong_key_and_length_are_refused():
+    other = DeviceKeys(bytes(range(1, 17)), vectors.SEAL_MAC_KEY[::-1])
+    with pytest.raises(SealedError, match="tag"):
+        open_record(other, vectors.SEALED_V1)
+    with pytest.raises(SealedError, match="48 bytes"):
+        open_record(KEYS, vectors.SEALED_V1[:-1])
+
+
+def _store(tmp_path, plaintext=(), keyed=(7,)):
+    ks = KeyStore(tmp_path / "keys")
+    for d in keyed:
+        ks.add_device(d, KEYS)
+    for d in plaintext:
+        ks.set_plaintext(d)
+    return ks
+
+
+def classify(ing: SealedIngest, payload: bytes, topic: str = CORRECTIONS):
+    return ing.classify(topic, payload, 1.0)
+
+
+def test_ingest_accepts_sealed_and_resends_and_deadletters_replays(tmp_path):
+    ing = SealedIngest(_store(tmp_path), ReplayGuard(window=4))
+    s = sealer()
+    first = s.seal(7, 1, 0, 1, vectors.TOKEN, -1234)
+    r = classify(ing, first)
+    assert r == Correction(vectors.TOKEN, -1234, 1.0)
+    # A byte-identical resend is the same correction (the store counts it a duplicate).
+    assert classify(ing, first) == r
+    # The same nonce with other bytes: a board reusing a nonce, or a replay of another record.
+    reused = seal.Sealer(KEYS.enc, KEYS.mac, aes=_Ecb).seal(7, 1, 0, 1, vectors.TOKEN, 99)
+    d = classify(ing, reused)
+    assert isinstance(d, DeadLetter) and "replayed nonce 1 of device 7 with different bytes" in d.reason
+    for n in range(2, 7):
+        assert isinstance(classify(ing, s.seal(7, 1, n, n, bytes([n]) * 8, n)), Correction)
+    ing.guard.commit()
+    # Nonce 1 is now window (4) or more below the highest (6) and forgotten: a replay.
+    d = classify(ing, first)
+    assert isinstance(d, DeadLetter) and d.reason.startswith("replayed: nonce 1 of device 7")
+    # Out of order within the window is fine.
+    late = s.seal(7, 1, 9, 9, b"\x09" * 8, 9)
+    assert isinstance(classify(ing, late), Correction)
+
+
+def test_forged_records_are_dead_letters(tmp_path):
+    ing = SealedIngest(_store(tmp_path), ReplayGuard())
+    bad = bytearray(vectors.SEALED_V1)
+    bad[25] ^= 0x80                     # a bit of d_diff's ciphertext
+    d = classify(ing, bytes(bad))
+    assert isinstance(d, DeadLetter) and d.reason == "forged or damaged: the tag does not match"
+    unknown = sealer().seal(8, 1, 0, 1, vectors.TOKEN, 5)
+    d = classify(ing, unknown)
+    assert isinstance(d, DeadLetter) and d.reason.startswith("no key for device 8")
+    # The forged record did not take its nonce: the genuine one is still accepted.
+    assert isinstance(classify(ing, vectors.SEALED_V1), Correction)
+
+
+def test_plain_records_only_from_plaintext_devices(tmp_path):
+    ing = SealedIngest(_store(tmp_path, plaintext=(3,)), ReplayGuard())
+    plain = struct.pack("<BBHIII8si", 1, 2, 0, 3, 1, 0, vectors.TOKEN, -1234)
+    assert classify(ing, plain) == Correction(vectors.TOKEN, -1234, 1.0)
+    downgrade = struct.pack("<BBHIII8si", 1, 2, 0, 7, 1, 0, vectors.TOKEN, -1234)
+    d = classify(ing, downgrade)
+    assert isinstance(d, DeadLetter) and "not configured plaintext" in d.reason
+    # 16 bytes: names no device; taken only while some device is configured plaintext.
+    assert classify(ing, vectors.CORRECTION_V1) == Correction(*vectors.CORRECTION_V1_FIELDS, 1.0)
+    none = SealedIngest(_store(tmp_path / "none"), ReplayGuard())
+    d = classify(none, vectors.CORRECTION_V1)
+    assert isinstance(d, DeadLetter) and "names no device and no device is configured plaintext" in d.reason
+    assert isinstance(classify(ing, vectors.SEALED_V1, "dpsense/readings/d7"), DeadLetter)
+    assert isinstance(classify(ing, b"\x01"), DeadLetter)
+
+
+def test_key_store_is_private_and_reloaded(tmp_path):
+    ks = _store(tmp_path, plaintext=(3,))
+    assert os.stat(ks.path).st_mode & 0o777 == 0o600
+    assert os.stat(ks.folder).st_mode & 0o777 == 0o700
+    other = KeyStore(ks.folder)
+    assert other.keys_of(7) == KEYS and other.is_plaintext(3)
+    k9 = ks.add_device(9)
+    assert other.keys_of(9) == k9 and len(k9.to_bytes()) == seal.KEYS_SIZE
+    assert k9.enc != k9.mac[:16]
+    ks.add_device(3, KEYS)              # keys end the plaintext switch
+    assert not other.is_plaintext(3) and other.devices() == ([3, 7, 9], [])
+    os.chmod(ks.path, 0o644)
+    with pytest.raises(UsageError, match="chmod 600"):
+        KeyStore(ks.folder).keys_of(7)
+    with pytest.raises(UsageError):
+        ks.add_device(0)
+
+
+def test_guard_state_survives_a_restart_and_is_written_after_the_commit(tmp_path):
+    path = tmp_path / "nonces.db"
+    guard = ReplayGuard(path, window=4)
+    calls = []
+
+    class Inner:
+        last_conflicts = 0
+
+        def add_batch(self, c, d):
+            calls.append({(d, n) for d, n, _ in guard._staged})
+            return len(c)
+    st = SealedStore(Inner(), guard)
+    assert guard.check(7, 1, b"a")
+    assert st.add_batch([], []) == 0 and calls == [{("7:", 1)}] and st.last_conflicts == 0
+    guard.close()
+    again = ReplayGuard(path, window=4)
+    assert again.check(7, 1, b"a") is False
+    with pytest.raises(SealedError):
+        again.check(7, 1, b"b")
+    again.close()
+
+
+def test_the_guard_keeps_a_window_per_device_and_prunes_its_rows(tmp_path):
+    import sqlite3
+    path = tmp_path / "nonces.db"
+    guard = ReplayGuard(path, window=8)
+    for n in range(1, 41):
+        assert guard.check(3, n, b"r%d" % n)
+        guard.check(4, n, b"s%d" % n)
+        guard.commit()
+    # Out of order within the window, a gap, and the window's lower edge.
+    assert guard.check(3, 45, b"r45") and guard.check(3, 43, b"r43")
+    assert guard.check(3, 38, b"r38") is False
+    with pytest.raises(SealedError, match="replayed: nonce 37 of device 3 is 8 or more below"):
+        guard.check(3, 37, b"r37")
+    with pytest.raises(SealedError, match="different bytes"):
+        guard.check(3, 40, b"other")
+    assert guard.check(3, 44, b"r44")              # passed over, never seen: new
+    guard.commit()
+    guard.close()
+    rows = sqlite3.connect(path).execute("SELECT count(*) FROM nonces WHERE device = '3:'").fetchone()[0]
+    assert rows <= 2 * 8 + 3                       # pruned every window's worth of writes
+    again = ReplayGuard(path, window=8)
+    assert again.check(3, 45, b"r45") is False and again.check(4, 40, b"s40") is False
+    with pytest.raises(SealedError):
+        again.check(3, 30, b"r30")
+    again.close()
+
+
+def test_new_keys_start_a_new_nonce_history(tmp_path):
+    ks = _store(tmp_path)
+    ing = SealedIngest(ks, ReplayGuard(window=4))
+    for n in range(10):
+        assert isinstance(classify(ing, sealer().seal(7, 1, n, n, bytes([n]) * 8, n)), Correction)
+    ing.guard.commit()
+    # Provisioned again (by another process, at once): new keys and a fresh ledger, whose
+    # counter starts at 0 again.
+    fresh = KeyStore(ks.folder).add_device(7)
+    r = classify(ing, sealer(fresh).seal(7, 2, 0, 0, b"\x55" * 8, 3))
+    assert r == Correction(b"\x55" * 8, 3, 1.0)
+    # The old keys are gone: a record sealed with them is a forgery now.
+    d = classify(ing, sealer().seal(7, 1, 11, 11, b"\x66" * 8, 3))
+    assert isinstance(d, DeadLetter) and "tag does not match" in d.reason
+
+
+def test_status_names_the_plaintext_devices(tmp_path):
+    import subprocess
+    import sys
+    ks = KeyStore.for_data_dir(tmp_path)
+    ks.add_device(1)
+    ks.add_device(2)
+    ks.set_plaintext(10)
+    r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "status", "--data-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert ("sealing     correction records sealed end to end for 2 devices; plaintext (readable by the "
+            "broker and a gateway) for devices 10") in r.stdout, r.stdout
+
+
+def test_any_fields_round_trip_between_the_board_code_and_cryptography():
+    from hypothesis import given, settings, strategies as st
+
+    u32 = st.integers(0, 2 ** 32 - 1)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.integers(1, 2 ** 32 - 1), u32, u32, u32, st.binary(min_size=8, max_size=8),
+           st.integers(-2 ** 31 + 1, 2 ** 31 - 1))
+    def check(device, boot, seq, nonce, token, d_diff):
+        rec = sealer().seal(device, boot, seq, nonce, token, d_diff)
+        assert open_record(KEYS, rec) == (device, boot, seq, nonce, token, d_diff)
+    check()
+
+
+def test_a_locked_guard_file_keeps_its_rows_for_the_next_commit(tmp_path):
+    import sqlite3
+    path = tmp_path / "nonces.db"
+    guard = ReplayGuard(path, window=8)
+    guard._db.execute("PRAGMA busy_timeout = 50")                   # type: ignore[union-attr]
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")                               # another worker writes
+    assert guard.check(5, 1, b"x")
+    guard.commit()                                                  # locked: kept, no error
+    holder.rollback()
+    holder.close()
+    assert guard.check(5, 2, b"y")
+    guard.commit()
+    rows = sqlite3.connect(path).execute("SELECT nonce FROM nonces ORDER BY nonce").fetchall()
+    assert rows == [(1,), (2,)]
+    guard.close()
