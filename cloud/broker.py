@@ -210,7 +210,7 @@ class Broker:
             "autosave_on_changes false",
             "max_queued_messages 0",
             "max_queued_bytes 0",
-            "max_inflight_messages 1000",
+            "max_inflight_messages 4000",
             "queue_qos0_messages false",
             # A correction round carries a window's tokens: ~1.1 MB per 100,000 readings.
             "max_packet_size 33554432",
