@@ -54,6 +54,13 @@ class BufferedSocket:
         self._out = bytearray()
         self._error: OSError | None = None
         self.coalesce = coalesce
+        if coalesce:
+            # Writes are gathered here already; Nagle's algorithm would hold the next block back
+            # until the broker acknowledged the last one at the TCP level.
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except (AttributeError, OSError):
+                pass        # not a TCP socket (unix socket, websocket wrapper)
 
     def recv(self, n: int) -> bytes:
         pos = self._pos
