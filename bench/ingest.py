@@ -18,6 +18,9 @@ Rows from one run, same broker, same pre-encoded payloads:
 Every drain uses the same account (``analyst-ingest``, whose client id is its name), one after
 the other, each after a fresh fill; ``--rounds`` rotates their order and the table shows each
 one's median. The load average of the machine (``os.getloadavg``) is printed before and after.
+The CPU column is this process's CPU time during the drain (every thread; the broker and the
+publisher are other processes) per reading: unlike the rates, it hardly moves with the load
+other jobs put on the machine.
 The correction records the fleet publishes go to a topic nobody subscribes here and are dropped.
 """
 from __future__ import annotations
@@ -164,6 +167,7 @@ def main() -> int:
     enc = encode_fleet(data.x, calibrate(data.x, "0.5", 0.01), args.devices, seed=None)
     pub_s: list[float] = []
     drains: dict[str, list[float]] = {"base": [], "ingest": [], "buffered": []}
+    cpu: dict[str, list[float]] = {"base": [], "ingest": [], "buffered": []}
     order = ["base", "ingest", "buffered"]
     load_before = os.getloadavg()
     with broker.running():
@@ -171,6 +175,7 @@ def main() -> int:
         for r in range(args.rounds):
             for kind in order[r % 3:] + order[:r % 3]:
                 pub_s.append(fill(settings, passwords, enc, args.devices))
+                c0 = time.process_time()
                 if kind == "base":
                     t = drain_count_only(broker, password, args.n)
                 elif kind == "buffered":
@@ -179,22 +184,25 @@ def main() -> int:
                     # A fresh store per round: every reading is new to it.
                     t = drain_ingest(broker, password, args.n, tmp / ("bench-%d.db" % r))
                 drains[kind].append(t)
+                cpu[kind].append(time.process_time() - c0)
     load_after = os.getloadavg()
 
     n = args.n
     pub = statistics.median(pub_s)
     base, ing, buf = (statistics.median(drains[k]) for k in ("base", "ingest", "buffered"))
+    us = {k: 1e6 * statistics.median(v) / n for k, v in cpu.items()}
     print("\nIngest capacity: %d readings queued at Mosquitto for a persistent session, then drained "
           "(QoS 1, %d devices, median of %d)\n" % (n, args.devices, args.rounds))
-    print("| path | seconds | readings/s | vs baseline |")
-    print("|---|---:|---:|---:|")
-    print("| publisher: fleet simulator, publish + every PUBACK (fills the queue) | %.2f | %.0f | - |"
+    print("| path | seconds | readings/s | vs baseline | CPU µs/reading |")
+    print("|---|---:|---:|---:|---:|")
+    print("| publisher: fleet simulator, publish + every PUBACK (fills the queue) | %.2f | %.0f | - | - |"
           % (pub, n / pub))
-    print("| drain: count-only paho subscriber (baseline) | %.2f | %.0f | 100%% |" % (base, n / base))
-    print("| drain: dpsense ingest -> SQLite, ack after commit | %.2f | %.0f | %.0f%% |"
-          % (ing, n / ing, 100 * base / ing))
-    print("| drain: count-only on the ingest's client (BufferedClient + NetworkLoop) | %.2f | %.0f | %.0f%% |"
-          % (buf, n / buf, 100 * base / buf))
+    print("| drain: count-only paho subscriber (baseline) | %.2f | %.0f | 100%% | %.1f |"
+          % (base, n / base, us["base"]))
+    print("| drain: dpsense ingest -> SQLite, ack after commit | %.2f | %.0f | %.0f%% | %.1f |"
+          % (ing, n / ing, 100 * base / ing, us["ingest"]))
+    print("| drain: count-only on the ingest's client (BufferedClient + NetworkLoop) | %.2f | %.0f | %.0f%% | %.1f |"
+          % (buf, n / buf, 100 * base / buf, us["buffered"]))
     print("\nall drains (s): %s" % "; ".join("%s %s" % (k, " ".join("%.2f" % t for t in drains[k]))
                                             for k in ("base", "ingest", "buffered")))
     print("ingest / baseline per round: %s" % " ".join(

@@ -291,6 +291,7 @@ class _Worker:
         wait up to ``wait`` s for either, or for the parent's next message."""
         socks: dict[int, BufferedClient] = {}
         buffered: list[int] = []
+        wants: list[int] = []
         for c in self.clients.values():
             sock = c.buffered_socket()
             if sock is None:
@@ -302,7 +303,8 @@ class _Worker:
                 sock.flush()
             if sock.pending():
                 buffered.append(fd)
-        wants = [fd for fd, c in socks.items() if c.want_write() or c.buffered_socket().unflushed]  # type: ignore[union-attr]
+            if c.want_write() or sock.unflushed:
+                wants.append(fd)
         pipe = self.pipe.fileno()
         r, w, _ = select.select([*socks, pipe], wants, [], 0 if buffered else wait)
         for fd in set(r) | set(buffered):

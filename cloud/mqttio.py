@@ -214,18 +214,20 @@ class NetworkLoop:
         accepted = False
         last_misc = time.monotonic()
         while True:
-            sock = c.buffered_socket()
-            if sock is None:
+            found = c.buffered_socket()
+            if found is None:
                 return accepted
+            sock: BufferedSocket = found
             accepted = accepted or c.is_connected()
             writing = c.want_write() or sock.unflushed > 0
             readable = sock.pending() > 0
             if not readable:
+                fd, wake_fd = sock.fileno(), wake.fileno()
                 try:
-                    r, w, _ = select.select([sock, wake], [sock] if writing else [], [], 1.0)
+                    r, _, _ = select.select([fd, wake_fd], [fd] if writing else [], [], 1.0)
                 except (OSError, ValueError):
-                    r, w = [sock], []   # closed under us: let paho's read find out
-                if wake in r:
+                    r = [fd]            # closed under us: let paho's read find out
+                if wake_fd in r:
                     try:
                         wake.recv(4096)
                     except OSError:
@@ -233,18 +235,22 @@ class NetworkLoop:
                     # Cleared after the read: a packet queued before a skipped wake-up is seen
                     # by the want_write() of the next turn, which comes after this.
                     self._woken = False
-                readable = sock in r
+                readable = fd in r
             if readable:
                 for _ in range(self.burst):
-                    if c.loop_read() != MQTTErrorCode.MQTT_ERR_SUCCESS or c.socket() is not sock:
+                    if c.loop_read() != MQTTErrorCode.MQTT_ERR_SUCCESS or not self._current(sock):
                         break
                     if sock.pending() == 0:
                         break
-            if c.socket() is sock and (c.want_write() or sock.unflushed):
+            if self._current(sock) and (c.want_write() or sock.unflushed):
                 c.loop_write()
-                if c.socket() is sock:
+                if self._current(sock):
                     sock.flush()
             now = time.monotonic()
-            if now - last_misc >= 1.0 and c.socket() is sock:
+            if now - last_misc >= 1.0 and self._current(sock):
                 c.loop_misc()
                 last_misc = now
+
+    def _current(self, sock: BufferedSocket) -> bool:
+        """Whether paho still uses ``sock`` (it drops it when the connection ends)."""
+        return self.client.socket() is sock
