@@ -10,14 +10,23 @@ Rows from one run, same broker, same pre-encoded payloads:
   its connect to the n-th reading;
 * drain, dpsense ingest: ``IngestService`` reconnects to the same session, stores into SQLite
   (WAL, synchronous=FULL) and acknowledges each batch only after its commit; the clock runs from
-  its start to the n-th reading committed.
-Both drains use the same account (``analyst-ingest``, whose client id is its name), one after the
-other, each after a fresh fill; ``--rounds`` alternates them and the table shows each one's median.
+  its start to the n-th reading committed;
+* drain, count-only on the ingest's client (for reading the others, not a target): the
+  baseline's counting ``on_message`` on cloud/mqttio.py's ``BufferedClient`` and
+  ``NetworkLoop``, the transport the ingest uses; it shows what the ingest's storing and
+  acknowledging after commit cost on top of that transport.
+Every drain uses the same account (``analyst-ingest``, whose client id is its name), one after
+the other, each after a fresh fill; ``--rounds`` rotates their order and the table shows each
+one's median. The load average of the machine (``os.getloadavg``) is printed before and after.
+The CPU column is this process's CPU time during the drain (every thread; the broker and the
+publisher are other processes) per reading: unlike the rates, it hardly moves with the load
+other jobs put on the machine.
 The correction records the fleet publishes go to a topic nobody subscribes here and are dropped.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -35,6 +44,7 @@ from dpsense.cloud.broker import Broker, free_port  # noqa: E402
 from dpsense.cloud.config import Settings  # noqa: E402
 from dpsense.cloud.datasets import paper1_synthetic  # noqa: E402
 from dpsense.cloud.ingest.service import Connection, IngestService  # noqa: E402
+from dpsense.cloud.mqttio import BufferedClient, NetworkLoop  # noqa: E402
 from dpsense.cloud.profile import calibrate  # noqa: E402
 from dpsense.cloud.simulate import FleetPublisher, encode_fleet  # noqa: E402
 from dpsense.cloud.storage import open_analyst_store  # noqa: E402
@@ -98,6 +108,25 @@ def drain_count_only(broker: Broker, password: str, n: int) -> float:
     return t
 
 
+def drain_count_only_buffered(broker: Broker, password: str, n: int) -> float:
+    count = [0]
+    c = BufferedClient(CallbackAPIVersion.VERSION2, client_id=ACCOUNT, clean_session=False,
+                       protocol=mqtt.MQTTv311, coalesce_writes=True)
+    c.username_pw_set(ACCOUNT, password)
+
+    def on_message(cl, u, m) -> None:
+        count[0] += 1
+    c.on_message = on_message
+    net = NetworkLoop(c, "bench")
+    t0 = time.perf_counter()
+    c.connect(broker.host, broker.port)
+    net.start()
+    _wait(lambda: count[0] >= n)
+    t = time.perf_counter() - t0
+    net.stop()
+    return t
+
+
 def drain_ingest(broker: Broker, password: str, n: int, db: Path) -> float:
     conn = Connection(broker.host, broker.port, ACCOUNT, password, ACCOUNT)
     stop = threading.Event()
@@ -127,7 +156,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=50_000, help="readings per fill (default 50000)")
     ap.add_argument("--devices", type=int, default=10)
-    ap.add_argument("--rounds", type=int, default=3, help="fills per drain (default 3; medians shown)")
+    ap.add_argument("--rounds", type=int, default=5, help="fills per drain (default 5; medians shown)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dpsense-bench-"))
     settings = Settings(data_dir=tmp, broker_port=free_port())
@@ -137,32 +166,49 @@ def main() -> int:
     data = paper1_synthetic(args.n, 220, seed=1)
     enc = encode_fleet(data.x, calibrate(data.x, "0.5", 0.01), args.devices, seed=None)
     pub_s: list[float] = []
-    base_s: list[float] = []
-    ingest_s: list[float] = []
+    drains: dict[str, list[float]] = {"base": [], "ingest": [], "buffered": []}
+    cpu: dict[str, list[float]] = {"base": [], "ingest": [], "buffered": []}
+    order = ["base", "ingest", "buffered"]
+    load_before = os.getloadavg()
     with broker.running():
         open_session(broker, password)
         for r in range(args.rounds):
-            for kind in (("base", "ingest") if r % 2 == 0 else ("ingest", "base")):
+            for kind in order[r % 3:] + order[:r % 3]:
                 pub_s.append(fill(settings, passwords, enc, args.devices))
+                c0 = time.process_time()
                 if kind == "base":
-                    base_s.append(drain_count_only(broker, password, args.n))
+                    t = drain_count_only(broker, password, args.n)
+                elif kind == "buffered":
+                    t = drain_count_only_buffered(broker, password, args.n)
                 else:
                     # A fresh store per round: every reading is new to it.
-                    ingest_s.append(drain_ingest(broker, password, args.n, tmp / ("bench-%d.db" % r)))
+                    t = drain_ingest(broker, password, args.n, tmp / ("bench-%d.db" % r))
+                drains[kind].append(t)
+                cpu[kind].append(time.process_time() - c0)
+    load_after = os.getloadavg()
 
     n = args.n
-    pub, base, ing = statistics.median(pub_s), statistics.median(base_s), statistics.median(ingest_s)
+    pub = statistics.median(pub_s)
+    base, ing, buf = (statistics.median(drains[k]) for k in ("base", "ingest", "buffered"))
+    us = {k: 1e6 * statistics.median(v) / n for k, v in cpu.items()}
     print("\nIngest capacity: %d readings queued at Mosquitto for a persistent session, then drained "
           "(QoS 1, %d devices, median of %d)\n" % (n, args.devices, args.rounds))
-    print("| path | seconds | readings/s | vs baseline |")
-    print("|---|---:|---:|---:|")
-    print("| publisher: fleet simulator, publish + every PUBACK (fills the queue) | %.2f | %.0f | - |"
+    print("| path | seconds | readings/s | vs baseline | CPU µs/reading |")
+    print("|---|---:|---:|---:|---:|")
+    print("| publisher: fleet simulator, publish + every PUBACK (fills the queue) | %.2f | %.0f | - | - |"
           % (pub, n / pub))
-    print("| drain: count-only paho subscriber (baseline) | %.2f | %.0f | 100%% |" % (base, n / base))
-    print("| drain: dpsense ingest -> SQLite, ack after commit | %.2f | %.0f | %.0f%% |"
-          % (ing, n / ing, 100 * base / ing))
-    print("\nall drains (s): baseline %s; ingest %s" % (" ".join("%.2f" % t for t in base_s),
-                                                          " ".join("%.2f" % t for t in ingest_s)))
+    print("| drain: count-only paho subscriber (baseline) | %.2f | %.0f | 100%% | %.1f |"
+          % (base, n / base, us["base"]))
+    print("| drain: dpsense ingest -> SQLite, ack after commit | %.2f | %.0f | %.0f%% | %.1f |"
+          % (ing, n / ing, 100 * base / ing, us["ingest"]))
+    print("| drain: count-only on the ingest's client (BufferedClient + NetworkLoop) | %.2f | %.0f | %.0f%% | %.1f |"
+          % (buf, n / buf, 100 * base / buf, us["buffered"]))
+    print("\nall drains (s): %s" % "; ".join("%s %s" % (k, " ".join("%.2f" % t for t in drains[k]))
+                                            for k in ("base", "ingest", "buffered")))
+    print("ingest / baseline per round: %s" % " ".join(
+        "%.0f%%" % (100 * b / i) for b, i in zip(drains["base"], drains["ingest"])))
+    print("load average (1, 5, 15 min): before %.1f %.1f %.1f; after %.1f %.1f %.1f"
+          % (*load_before, *load_after))
     return 0
 
 

@@ -9,10 +9,17 @@ messages per reading), nobody subscribed. Rows:
 * ``FleetPublisher`` (cloud/fleetpub.py) with 1, 2, ... worker processes, each driving its
   devices' connections from one thread.
 The clock runs from the first publish to the last PUBACK; connecting is not timed.
+``--rounds`` runs every row that many times, rotating their order, and the table shows medians;
+the CPU column is the publisher's CPU time per message (this process, and the workers' once
+they have ended), which hardly moves with the load of other jobs, unlike the rates. The load
+average (``os.getloadavg``) is printed before and after.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import resource
+import statistics
 import sys
 import tempfile
 import threading
@@ -76,11 +83,19 @@ def fleet(settings: Settings, passwords: dict[str, str], enc: Encoded, devices: 
         pub.close()
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of its ended children (the fleet's workers; the broker
+    is waited for only at the end of the run)."""
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + ch.ru_utime + ch.ru_stime
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=60_000, help="readings per row (default 60000)")
     ap.add_argument("--devices", type=int, default=10)
     ap.add_argument("--processes", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--rounds", type=int, default=3, help="runs of every row (default 3; medians shown)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dpsense-bench-"))
     settings = Settings(data_dir=tmp, broker_port=free_port())
@@ -88,21 +103,37 @@ def main() -> int:
     passwords = broker.add_devices(list(range(1, args.devices + 1)))
     data = paper1_synthetic(args.n, 220, seed=1)
     enc = encode_fleet(data.x, calibrate(data.x, "0.5", 0.01), args.devices, seed=None)
-    rows = []
+    names = ["baseline: %d paho clients with loop_start, one process" % args.devices] + [
+        "FleetPublisher, %d worker process%s" % (p, "" if p == 1 else "es") for p in args.processes]
+    secs: list[list[float]] = [[] for _ in names]
+    cpus: list[list[float]] = [[] for _ in names]
+    load_before = os.getloadavg()
     with broker.running():
-        rows.append(("baseline: %d paho clients with loop_start, one process" % args.devices,
-                     threaded_baseline(broker, passwords, enc, args.devices)))
-        for p in args.processes:
-            rows.append(("FleetPublisher, %d worker process%s" % (p, "" if p == 1 else "es"),
-                         fleet(settings, passwords, enc, args.devices, p)))
+        for r in range(args.rounds):
+            rows = list(range(len(names)))
+            for i in rows[r % len(rows):] + rows[:r % len(rows)]:
+                c0 = _cpu()
+                if i == 0:
+                    t = threaded_baseline(broker, passwords, enc, args.devices)
+                else:
+                    t = fleet(settings, passwords, enc, args.devices, args.processes[i - 1])
+                secs[i].append(t)
+                cpus[i].append(_cpu() - c0)
+    load_after = os.getloadavg()
     n = args.n
-    base = rows[0][1]
+    med = [statistics.median(v) for v in secs]
     print("\nFleet simulator: %d readings (+%d correction records) from %d devices, QoS 1, every PUBACK "
-          "awaited, nobody subscribed\n" % (n, n, args.devices))
-    print("| publisher | seconds | readings/s | messages/s | vs baseline |")
-    print("|---|---:|---:|---:|---:|")
-    for name, t in rows:
-        print("| %s | %.2f | %.0f | %.0f | %.1fx |" % (name, t, n / t, 2 * n / t, base / t))
+          "awaited, nobody subscribed (median of %d)\n" % (n, n, args.devices, args.rounds))
+    print("| publisher | seconds | readings/s | messages/s | vs baseline | CPU µs/message |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, t, c in zip(names, med, cpus):
+        print("| %s | %.2f | %.0f | %.0f | %.1fx | %.1f |"
+              % (name, t, n / t, 2 * n / t, med[0] / t, 1e6 * statistics.median(c) / (2 * n)))
+    print("\nall runs (readings/s): %s" % "; ".join(
+        "%s: %s" % (name.split(",")[-1].strip(), " ".join("%.0f" % (n / t) for t in v))
+        for name, v in zip(names, secs)))
+    print("load average (1, 5, 15 min): before %.1f %.1f %.1f; after %.1f %.1f %.1f"
+          % (*load_before, *load_after))
     return 0
 
 

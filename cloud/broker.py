@@ -43,8 +43,14 @@ Why the settings differ from Mosquitto's defaults:
 * ``autosave_interval 1``: the default of 1800 s keeps up to half an hour of acknowledged
   messages in RAM only. A clean stop (SIGTERM) always saves; a broker crash can lose at most
   the last second. Mosquitto has no synchronous persistence, so this is the floor.
-* ``max_inflight_messages 1000``: the ingest acknowledges a batch only after committing it;
-  with the default 20 unacknowledged messages per client the broker would stall each batch.
+* ``max_inflight_messages 4000``: the ingest acknowledges a batch only after committing it;
+  with the default 20 unacknowledged messages per client the broker would stall each batch,
+  and with 1000 (two batches of 500) it stalled while a commit waited on the disk: 4000 keeps
+  the ingest reading during the commit (bench/ingest.py).
+* ``set_tcp_nodelay true``: Mosquitto's small writes (a PUBACK is 4 bytes) are otherwise held
+  back by Nagle's algorithm until the client's delayed TCP acknowledgement, up to 40 ms, when
+  the client writes rarely, as the ingest (one write per batch) and the fleet publisher (one
+  per slice, cloud/mqttio.py) do.
 """
 from __future__ import annotations
 
@@ -222,8 +228,9 @@ class Broker:
             "autosave_on_changes false",
             "max_queued_messages 0",
             "max_queued_bytes 0",
-            "max_inflight_messages 1000",
+            "max_inflight_messages 4000",
             "queue_qos0_messages false",
+            "set_tcp_nodelay true",
             # A correction round carries a window's tokens: ~1.1 MB per 100,000 readings.
             "max_packet_size 33554432",
             "pid_file %s" % (self.dir / "mosquitto.pid"),

@@ -4,6 +4,7 @@
     client.on_connect = lambda c, u, flags, reason, props: session.accepted(reason) and c.subscribe(...)
     client.on_disconnect = lambda c, u, flags, reason, props: session.lost(reason)
     session.start(client)        # BrokerUnreachable: nothing listens, refused, or no answer
+    session.start(client, loop=net)  # the same, with a cloud/mqttio.py NetworkLoop driving it
 
 The ingest, the analyst and the correction server behave alike. A broker that cannot be
 reached when a service starts ends the service with one line and a non-zero exit status,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     import paho.mqtt.client as mqtt
 
     from dpsense.cloud.ingest.service import Connection
+    from dpsense.cloud.mqttio import NetworkLoop
 
 
 class Session:
@@ -62,8 +64,9 @@ class Session:
                      % (self.who, self.where, reason))
         self.up.clear()
 
-    def start(self, client: "mqtt.Client", timeout: float = 10.0) -> None:
-        """Connect ``client`` and start its network thread; return once the broker accepted."""
+    def start(self, client: "mqtt.Client", timeout: float = 10.0, loop: "NetworkLoop | None" = None) -> None:
+        """Connect ``client`` and start its network thread (paho's, or ``loop``); return once
+        the broker accepted."""
         c = self.conn
         self._refused = None
         try:
@@ -71,13 +74,19 @@ class Session:
         except OSError as err:
             raise BrokerUnreachable("cannot reach the broker at %s: %s"
                                     % (self.where, err.strerror or err)) from err
-        client.loop_start()
+        if loop is None:
+            client.loop_start()
+        else:
+            loop.start()
         deadline = time.monotonic() + timeout
         while not self.up.wait(0.05):
             if self._refused is None and time.monotonic() < deadline:
                 continue
-            client.disconnect()         # also ends paho's reconnect attempts
-            client.loop_stop()
+            if loop is None:
+                client.disconnect()         # also ends paho's reconnect attempts
+                client.loop_stop()
+            else:
+                loop.stop()
             if self._refused is not None:
                 raise BrokerUnreachable("the broker at %s refused account %s: %s"
                                         % (self.where, c.username, self._refused))

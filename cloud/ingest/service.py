@@ -10,6 +10,15 @@ before the commit leaves the messages unacknowledged, so the broker redelivers t
 to the same persistent session; storage is idempotent on (device, boot, seq) or token,
 so a redelivery after a crash between commit and acknowledgement stores nothing twice.
 
+Everything that must follow a commit, and only follow it, is in ``_committed``: today the
+PUBACKs of the batch.
+
+The client is cloud/mqttio.py's: its socket reads in blocks and writes the PUBACKs of a batch
+in one call, and its network thread (``NetworkLoop``, not paho's ``loop_start``) reads every
+buffered packet before it waits again; paho still builds, parses and tracks every packet.
+The commit runs in the caller's thread, so the network thread keeps reading while SQLite or
+PostgreSQL waits on the disk.
+
 PUBACKs carry per-connection packet ids: after a reconnect, messages received on the
 old connection are not acknowledged (the broker redelivers them; storing is idempotent).
 
@@ -35,6 +44,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from dpsense.cloud import topics
 from dpsense.cloud.errors import DpsenseError, ServiceError, StorageUnavailable, UsageError
 from dpsense.cloud.ingest.classify import classify_correction, classify_reading
+from dpsense.cloud.mqttio import BufferedClient, NetworkLoop
 from dpsense.cloud.session import Session
 from dpsense.cloud.storage.repository import DeadLetter
 
@@ -166,6 +176,7 @@ class IngestService:
         self._gen = 0
         self.session = Session(conn, "ingest", self.log)
         self._client = self._make_client()
+        self._net = NetworkLoop(self._client, "ingest", min_delay=0.2, max_delay=5.0)
 
     @classmethod
     def for_analyst(cls, conn: Connection, store: Any, share: str | None = None, **kw: Any) -> "IngestService":
@@ -178,13 +189,12 @@ class IngestService:
         return cls(conn, shared_filter(share, topics.CORRECTIONS), classify_correction, store, **kw)
 
     # -- paho callbacks (network thread) ------------------------------------------------
-    def _make_client(self) -> mqtt.Client:
-        c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self.conn.client_id,
-                        clean_session=False, protocol=mqtt.MQTTv311, manual_ack=True)
+    def _make_client(self) -> BufferedClient:
+        c = BufferedClient(CallbackAPIVersion.VERSION2, client_id=self.conn.client_id,
+                           clean_session=False, protocol=mqtt.MQTTv311, manual_ack=True,
+                           coalesce_writes=True)
         self.conn.apply(c)
         c.max_inflight_messages_set(1000)
-        # paho annotates the delays as int; it waits for any number of seconds.
-        c.reconnect_delay_set(0.2, 5)  # type: ignore[arg-type]
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_message = self._on_message
@@ -220,7 +230,7 @@ class IngestService:
 
     # -- main loop ------------------------------------------------------------------------
     def start(self, timeout: float = 10.0) -> None:
-        self.session.start(self._client, timeout)
+        self.session.start(self._client, timeout, loop=self._net)
 
     def _take_batch(self) -> list[_Msg]:
         return self._q.take(self.batch_size, 0.2, self.batch_wait)
@@ -256,11 +266,18 @@ class IngestService:
         s.duplicates += len(records) - inserted - conflicts
         s.dead += len(dead) + conflicts
         s.batches += 1
+        self._committed(batch)
+        return True
+
+    def _committed(self, batch: list[_Msg]) -> None:
+        """After the commit of ``batch``, and only then: acknowledge it to the broker. paho
+        queues each PUBACK; the network thread, woken once, writes them in one call."""
         gen = self._gen
+        client = self._client
         for m in batch:
             if m.qos > 0 and m.gen == gen:
-                self._client.ack(m.mid, m.qos)
-        return True
+                client.ack(m.mid, m.qos)
+        self._net.wake()
 
     def run(self, stop: threading.Event, idle_exit: float | None = None) -> IngestStats:
         """Process until ``stop`` is set (or nothing arrived for ``idle_exit`` seconds).
@@ -287,8 +304,7 @@ class IngestService:
         except Exception as e:  # a bug or an unforeseen failure: one line, the cause chained
             raise ServiceError("ingest stopped: %s: %s" % (type(e).__name__, e)) from e
         finally:
-            self._client.disconnect()
-            self._client.loop_stop()
+            self._net.stop()
         self._progress()
         return self.stats
 

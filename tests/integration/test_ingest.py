@@ -196,3 +196,29 @@ def test_malformed_payloads_end_in_dead_letters_and_the_service_keeps_running(br
             if isinstance(r, DeadLetter):
                 assert (r.reason, p) in dead
         assert s.dead_letter_count() >= 1
+
+
+def test_the_ingest_reconnects_after_a_broker_restart_and_stores_every_reading_once(broker, live_ingest):
+    """The ingest's own network thread (cloud/mqttio.py NetworkLoop, not paho's loop_start)
+    reconnects to its persistent session; readings published while it was away arrive then."""
+    svc, db, result = live_ingest
+    sock = svc._client.buffered_socket()
+    assert sock is not None and sock.coalesce      # block reads, PUBACKs in one write per batch
+    dev = _device(broker, 2)
+    for seq in range(100):
+        dev.publish(topics.READINGS % "d2", _reading(2, seq), qos=1).wait_for_publish(5)
+    assert _wait(lambda: svc.stats.stored >= 100, 20)
+    dev.loop_stop()
+    dev.disconnect()
+    broker.stop()
+    broker.start()
+    dev = _device(broker, 2)
+    for seq in range(100, 200):
+        dev.publish(topics.READINGS % "d2", _reading(2, seq), qos=1).wait_for_publish(5)
+    dev.loop_stop()
+    dev.disconnect()
+    assert _wait(lambda: svc.stats.stored >= 200, 30), svc.stats
+    assert "error" not in result
+    assert svc.stats.reconnects >= 1 and svc.stats.stored == 200
+    with open_analyst_store("sqlite:///%s" % db) as s:
+        assert s.count() == 200
