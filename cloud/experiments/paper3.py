@@ -37,6 +37,7 @@ from dpsense.cloud.privacy.publishing import (
     dp_pca_publish,
     exponential_publish,
     laplace_publish,
+    lda_sensitivity,
 )
 
 NUMERIC = (("age", 17.0, 90.0), ("education-num", 1.0, 16.0), ("capital-gain", 0.0, 99999.0),
@@ -250,6 +251,9 @@ class AdultInfo(TypedDict):
     p_lda: int
     positives: int
     energy_top10: float
+    lda_signal: float               # ||class-1 mean - class-0 mean|| of the encoded features ([0, 1] units)
+    lda_signal_median: float        # median |difference| over the features
+    lda_noise: dict[float, float]   # per epsilon: sd of the Laplace noise on one coordinate of that difference
 
 
 def run_paper3(cfg: Paper3Config, progress: Callable[[str], None] | None = None,
@@ -269,9 +273,26 @@ def run_paper3(cfg: Paper3Config, progress: Callable[[str], None] | None = None,
     lda_rows = run_lda(cfg, xl, yl, schema_l, say)
     z = schema.encode(x)
     w = np.sort(np.linalg.eigvalsh(np.cov(z.T, bias=True)))[::-1]
+    zl = schema_l.encode(xl)
+    diff = np.abs(zl[yl == 1].mean(axis=0) - zl[yl == 0].mean(axis=0))
     info = AdultInfo(n=len(x), p=schema.p, p_lda=schema_l.p, positives=int(y.sum()),
-                     energy_top10=float(w[:10].sum() / w.sum()))
+                     energy_top10=float(w[:10].sum() / w.sum()), lda_signal=float(np.linalg.norm(diff)),
+                     lda_signal_median=float(np.median(diff)),
+                     lda_noise={e: lda_mean_noise(schema_l, len(xl) * 2 // 3, float(yl.mean()), e) for e in cfg.epsilons})
     return pca_rows, lda_rows, info
+
+
+def lda_mean_noise(schema: Schema, n_train: int, positive_share: float, epsilon: float,
+                   count_share: float = 0.05) -> float:
+    """Standard deviation of DP-LDA's noise on one coordinate of (class-1 mean - class-0 mean).
+
+    Each class sum gets ``Lap(s_L / ((1 - count_share) epsilon))`` per entry (sd ``sqrt(2)`` times
+    the scale); dividing by the class sizes ``n1``, ``n0`` and subtracting adds the variances.
+    """
+    n1 = positive_share * n_train
+    n0 = n_train - n1
+    scale = lda_sensitivity(schema) / ((1 - count_share) * epsilon)
+    return float(math.sqrt(2) * scale * math.sqrt(1 / n1 ** 2 + 1 / n0 ** 2))
 
 
 def _ms(values: Sequence[float]) -> tuple[float, float]:
@@ -332,6 +353,11 @@ def markdown(cfg: Paper3Config, pca_rows: Sequence[PCARow], lda_rows: Sequence[L
             s = ls[("dp-lda", clf, e)]
             out.append("| %g | %s | %.3f ± %.3f | %.3f ± %.3f |" % (e, clf, *s["accuracy"], *s["auc"]))
     out += pca_diagnosis(cfg, pca_rows) + lda_diagnosis(cfg, lda_rows)
+    out += ["", "DP-LDA noise against signal: the class means differ by %.3f in norm over the %s features (median "
+            "%.3f per feature); the Laplace noise on one coordinate of that difference has sd %s (norm over the "
+            "features: %s)." % (info["lda_signal"], info["p_lda"], info["lda_signal_median"],
+                                ", ".join("%.3f at epsilon %g" % (v, e) for e, v in info["lda_noise"].items()),
+                                ", ".join("%.2f" % (v * math.sqrt(info["p_lda"])) for v in info["lda_noise"].values()))]
     return "\n".join(out) + "\n"
 
 

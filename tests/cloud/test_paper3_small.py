@@ -127,3 +127,13 @@ def test_diagnosis_tables_are_written(result):
     assert "DP-PCA against EXP: where the error comes from" in md and "DP-LDA diagnostics" in md
     assert all(not math.isnan(r.best_accuracy) for r in lda_rows if r.method == "dp-lda")
     assert all(r.root for r in lda_rows if r.method == "dp-lda" and r.classifier == "tree")
+
+
+def test_lda_noise_against_signal(result):
+    """docs/paper3.md: s_L = 125 for the 33 DP-LDA features; the noise sd on one coordinate of the
+    class-mean difference is sqrt(2) s_L / (0.95 eps) sqrt(1/n1^2 + 1/n0^2), by hand 0.262 at eps 0.1
+    (n1 = 7,472, n0 = 22,676 of 30,148 training rows), ten times less at eps 1."""
+    _, _, _, info = result
+    assert info["lda_noise"][0.1] == pytest.approx(0.262, rel=0.01)
+    assert info["lda_noise"][1.5] == pytest.approx(info["lda_noise"][0.1] / 15)
+    assert info["lda_signal"] == pytest.approx(0.932, abs=0.001)
