@@ -103,20 +103,28 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
     e2.add_argument("--out", default="out/paper2", help="output directory (default out/paper2)")
     e2.add_argument("--seed", type=int, default=1, help="seed of data and answers (default 1)")
     ev = sub.add_parser("verify", help="paper 1 + 2: verify the corrected candidate set with SP anomaly queries",
-                        description="Run the paper-1 correction protocol on one window, then answer an "
+                        description="Run the paper-1 correction protocol on one window per seed, then answer an "
                                     "(epsilon, k)-SP (beta, r)-anomaly query per candidate; writes results.md.",
-                        epilog=examples("dpsense experiment verify", "dpsense experiment verify --n 20000 --ks 1,5"))
+                        epilog=examples("dpsense experiment verify", "dpsense experiment verify --n 20000 --ks 1,5",
+                                        "dpsense experiment verify --candidates reconstruction --sensitivity percentile "
+                                        "--dbscan-min-samples 12"))
     ev.add_argument("--n", type=int, default=20_000, help="points in the window (default 20000)")
     ev.add_argument("--separation", type=float, default=220.0, help="paper-1 separation (default 220)")
     ev.add_argument("--epsilon-ldp", type=float, default=0.5, help="local epsilon per column (default 0.5)")
     ev.add_argument("--dbscan-eps", type=float, default=12.0, help="DBSCAN eps = r (default 12)")
-    ev.add_argument("--dbscan-min-samples", type=int, default=12,
-                    help="DBSCAN min_samples; beta = min_samples - 1 (default 12, for n = 20000)")
+    ev.add_argument("--dbscan-min-samples", type=int, default=None,
+                    help="DBSCAN min_samples; beta = min_samples - 1 (default: calibrated per separation on the "
+                         "reference, as in paper 1)")
+    ev.add_argument("--candidates", choices=("bands", "paper", "reconstruction"), default="bands",
+                    help="correction protocol that produces R (default bands, paper 1's headline mode)")
+    ev.add_argument("--sensitivity", choices=("shorth", "percentile"), default="shorth",
+                    help="relaxed sensitivity from the reference (default shorth, as paper 1)")
+    ev.add_argument("--seeds", type=parse_floats, default=(1, 2, 3, 4, 5), help="comma-separated seeds (default 1,2,3,4,5)")
+    ev.add_argument("--no-ceiling", action="store_true", help="skip the (beta, r) grid of the ceiling table")
     ev.add_argument("--epsilons", type=parse_floats, default=(0.1, 0.5, 1.0),
                     help="comma-separated epsilons of the anomaly queries (default 0.1,0.5,1)")
     ev.add_argument("--ks", type=parse_floats, default=(1, 5), help="comma-separated k (default 1,5)")
     ev.add_argument("--out", default="out/verify", help="output directory (default out/verify)")
-    ev.add_argument("--seed", type=int, default=1, help="seed of data, noise and answers (default 1)")
 
 
 def _do_paper2(args: argparse.Namespace) -> int:
@@ -131,7 +139,9 @@ def _do_verify(args: argparse.Namespace) -> int:
     from dpsense.cloud.experiments.verify import VerifyConfig, main
     cfg = VerifyConfig(n=args.n, separation=args.separation, epsilon_ldp=args.epsilon_ldp,
                        dbscan_eps=args.dbscan_eps, dbscan_min_samples=args.dbscan_min_samples,
-                       epsilons=args.epsilons, ks=parse_ints("--ks", args.ks), seed=args.seed)
+                       candidates=args.candidates, sensitivity=args.sensitivity, epsilons=args.epsilons,
+                       ks=parse_ints("--ks", args.ks), seeds=parse_ints("--seeds", args.seeds),
+                       ceiling=not args.no_ceiling)
     return main(cfg, args.out)
 
 
