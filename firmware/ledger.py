@@ -30,8 +30,8 @@ Failing closed. The state is written before the record exists, to two slots in t
 fresh budget. A missing file, or one with neither slot readable, stops every release
 until the board is provisioned again (``tools/flash.py provision`` writes a fresh
 ledger); one unreadable slot (a reset during its write, or damage) is replaced by the
-other, charged one record more than it says (each write adds one record, so the lost
-slot held at most that). ``charge()`` returns OK and records the spend, WITHHELD, CAPPED
+other, charged one record more than it says, in the window that record can have been in
+(each write adds one record, so the lost slot held at most that; ``_load``). ``charge()`` returns OK and records the spend, WITHHELD, CAPPED
 the first time a window reaches its cap, or STOPPED the first time the ledger refuses
 for a reason of its own (``stopped``: damaged, clock behind, lifetime cap). A reset
 after a spend whose record was never stored costs budget without releasing anything
@@ -143,15 +143,28 @@ class Ledger:
         if best is None:
             return False
         counter, den, window, spent, reads, total, last_s = best
-        if lost:
-            # The unreadable slot was at most one spend newer than this one.
-            spent += (self.row * den + self.unit_den - 1) // self.unit_den
-            total += (self.row * den + self.unit_den - 1) // self.unit_den
-            reads += 1
         if den != self.unit_den:
             # New provisioning: convert, rounding spends up (never undercount).
             spent = (spent * self.unit_den + den - 1) // den
             total = (total * self.unit_den + den - 1) // den
+        if lost:
+            # The unreadable slot was exactly one spend newer than this one, and every reading
+            # between the two was withheld. Withheld readings are not persisted, so that spend
+            # is put where it can have been: in a records window, the next reading's window if
+            # this one had room for it, else the first reading of the window after (a window
+            # with no room withholds everything up to its end); in a seconds window, the window
+            # of the clock now, which is the latest it can have been.
+            total += self.row
+            if self.window_records:
+                wr = self.window_records
+                if spent + self.row > self.cap:
+                    reads = (window + 1) * wr
+                reads += 1
+                w = (reads - 1) // wr
+            else:
+                w = self._window_now(reads)
+            spent = (spent if w == window else 0) + self.row
+            window = w
         self.counter = counter
         self.reads = reads
         self.total = total

@@ -168,6 +168,39 @@ def test_a_torn_newest_slot_is_replaced_by_the_older_one_plus_a_record():
     fwutil.remove(p)
 
 
+def test_a_lost_newest_slot_after_a_capped_window_charges_the_next_window():
+    # Windows of 8 readings, 4 records each. Readings 0-3 released, 4-7 withheld (capped),
+    # reading 8 released in window 1 (counter 5, slot 1); that slot is then damaged. The
+    # older slot says window 0 was full, so the lost record was window 1's first: window 1
+    # may release three more, not four (five in all).
+    p = fwutil.scratch("ledger-lostnext")
+    provision(p)
+    kw = {"window_records": 8}
+    assert _spend(p, 9, **kw) == [OK] * 4 + [CAPPED] + [WITHHELD] * 3 + [OK]
+    _flip(p, SLOT_SIZE + 9)
+    led = Ledger((1, 4), (1, 1), path=p, **kw)
+    assert (led.window, led.spent, led.reads) == (1, 1, 9) and led.state() == "ok"
+    assert _codes(led, 5) == [OK, OK, OK, CAPPED, WITHHELD]
+    fwutil.remove(p)
+
+
+def test_a_lost_newest_slot_in_a_seconds_window_charges_the_window_of_now():
+    p = fwutil.scratch("ledger-lostsec")
+    provision(p)
+    clock = fwutil.FakeClock(0)
+    kw = {"window_seconds": 60, "clock": clock}
+    led = Ledger((1, 2), (1, 1), path=p, **kw)
+    assert _codes(led, 3) == [OK, OK, CAPPED]            # window 0 full (counter 2, slot 0)
+    clock.ms = 61000
+    assert led.charge() == OK                            # window 1 (counter 3, slot 1)
+    led.close()
+    _flip(p, SLOT_SIZE + 9)
+    led = Ledger((1, 2), (1, 1), path=p, **kw)
+    assert (led.window, led.spent) == (1, 1)             # units of 1/2: one record
+    assert _codes(led, 2) == [OK, CAPPED]
+    fwutil.remove(p)
+
+
 def test_the_lifetime_cap_is_persisted_and_stops_releases():
     p = fwutil.scratch("ledger-life")
     provision(p)
