@@ -29,9 +29,11 @@ Failing closed. The state is written before the record exists, to two slots in t
 (shared_protocol/ledgerfile.py: a SHA-256 per slot), so a reset cannot hand a window a
 fresh budget. A missing file, or one with neither slot readable, stops every release
 until the board is provisioned again (``tools/flash.py provision`` writes a fresh
-ledger); one unreadable slot (a reset during its write, or damage) is replaced by the
-other, charged one record more than it says, in the window that record can have been in
-(each write adds one record, so the lost slot held at most that; ``_load``). ``charge()`` returns OK and records the spend, WITHHELD, CAPPED
+ledger); with records windows one unreadable slot (a reset during its write, or damage)
+is replaced by the other, charged one record more than it says, in the window that record
+can have been in (each write adds one record, so the lost slot held at most that;
+``_load``); with seconds windows that window is unknown, so one unreadable slot stops
+releases as well. ``charge()`` returns OK and records the spend, WITHHELD, CAPPED
 the first time a window reaches its cap, or STOPPED the first time the ledger refuses
 for a reason of its own (``stopped``: damaged, clock behind, lifetime cap). A reset
 after a spend whose record was never stored costs budget without releasing anything
@@ -150,19 +152,19 @@ class Ledger:
         if lost:
             # The unreadable slot was exactly one spend newer than this one, and every reading
             # between the two was withheld. Withheld readings are not persisted, so that spend
-            # is put where it can have been: in a records window, the next reading's window if
-            # this one had room for it, else the first reading of the window after (a window
-            # with no room withholds everything up to its end); in a seconds window, the window
-            # of the clock now, which is the latest it can have been.
+            # is put where it can have been: the next reading's window if this one had room
+            # for it, else the first reading of the window after (a window with no room
+            # withholds everything up to its end). In a seconds window it can have been at
+            # any second after this slot's, and a clock that was set back since would put it
+            # in a window still to come: nothing bounds it, so that ledger is damaged.
+            if not self.window_records:
+                return False
             total += self.row
-            if self.window_records:
-                wr = self.window_records
-                if spent + self.row > self.cap:
-                    reads = (window + 1) * wr
-                reads += 1
-                w = (reads - 1) // wr
-            else:
-                w = self._window_now(reads)
+            wr = self.window_records
+            if spent + self.row > self.cap:
+                reads = (window + 1) * wr
+            reads += 1
+            w = (reads - 1) // wr
             spent = (spent if w == window else 0) + self.row
             window = w
         self.counter = counter
