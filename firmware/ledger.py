@@ -112,8 +112,11 @@ class Ledger:
         self.withheld = 0
         self.capped = False
         self.stopped = None       # why the ledger refuses (DAMAGED, CLOCK, LIFETIME), or None
-        self.damaged = DAMAGED if path is not None and not self._load() else None
-        self.window = self._window_now(self.reads)
+        self.damaged = None
+        if path is None:
+            self.window = self._window_now(self.reads)
+        elif not self._load():
+            self.damaged = DAMAGED
 
     def _window_now(self, reads):
         if self.window_records:
@@ -172,8 +175,14 @@ class Ledger:
         self.total = total
         self.released = total // self.row
         self.last_s = last_s
-        if self._window_now(reads) == window:
-            self.spent = spent
+        # A records window is known from the count; a seconds window is kept with its spend
+        # as the last release left it, whatever the clock says now: a clock behind at boot
+        # that catches up must find that window's spend (charge starts another afresh).
+        if self.window_records and self._window_now(reads) != window:
+            window = self._window_now(reads)
+            spent = 0
+        self.window = window
+        self.spent = spent
         return True
 
     def _save(self):

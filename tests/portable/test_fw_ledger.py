@@ -205,6 +205,26 @@ def test_a_lost_newest_slot_with_seconds_windows_stops_releases():
     fwutil.remove(p)
 
 
+def test_a_clock_behind_at_boot_that_catches_up_finds_its_window_spent():
+    # Found by tests/statistical/test_ledger_faults.py: the window's spend was dropped when
+    # the clock at boot was in another window, and given back when the clock came back to it.
+    p = fwutil.scratch("ledger-catchup")
+    provision(p)
+    clock = fwutil.FakeClock(125 * 1000)
+    kw = {"window_seconds": 60, "clock": clock}
+    led = Ledger((1, 2), (1, 1), path=p, **kw)
+    assert _codes(led, 3) == [OK, OK, CAPPED]            # window 2 full, last second 125
+    led.close()
+    clock.ms = 30 * 1000                                 # a reset, the clock behind (window 0)
+    led = Ledger((1, 2), (1, 1), path=p, **kw)
+    assert led.charge() == STOPPED
+    clock.ms = 130 * 1000                                # caught up, still window 2
+    assert _codes(led, 2) == [CAPPED, WITHHELD]
+    clock.ms = 180 * 1000
+    assert _codes(led, 3) == [OK, OK, CAPPED]
+    fwutil.remove(p)
+
+
 def test_the_lifetime_cap_is_persisted_and_stops_releases():
     p = fwutil.scratch("ledger-life")
     provision(p)
