@@ -308,21 +308,26 @@ def write_config(repl: RawRepl | None, cfg: dict[str, Any], folder: Path | None 
     a board with a ledger file a fresh ledger (a new lifetime budget: the board refuses to
     release with a damaged or missing one until this is done again); the config's name and
     bytes."""
-    from dpsense.protocol.ledgerfile import fresh
+    from dpsense.protocol.ledgerfile import fresh, microbit_fresh
     name, data = config_file(board, cfg)
-    ledger = None
+    ledgers: dict[str, bytes] = {}
     if name == "config.json":
-        ledger = cfg.get("ledger_path") or board_profile(board).get("ledger_path")
+        path = cfg.get("ledger_path") or board_profile(board).get("ledger_path")
+        if path:
+            ledgers[path] = fresh()
+    else:
+        # The micro:bit node's two ledger files (firmware/mbstate.py), both fresh.
+        ledgers = {"la": microbit_fresh(), "lb": microbit_fresh()}
     if folder is not None:
         (folder / name).write_bytes(data)
         os.chmod(folder / name, 0o600)
-        if ledger:
-            (folder / ledger).write_bytes(fresh())
+        for path, content in ledgers.items():
+            (folder / path).write_bytes(content)
     else:
         assert repl is not None
         repl.write_file(name, data)
-        if ledger:
-            repl.write_file(ledger, fresh())
+        for path, content in ledgers.items():
+            repl.write_file(path, content)
     return name, data
 
 
