@@ -112,6 +112,7 @@ class Ledger:
         self.withheld = 0
         self.capped = False
         self.stopped = None       # why the ledger refuses (DAMAGED, CLOCK, LIFETIME), or None
+        self._debt = 0            # spent at the start of the next window (a lost slot's record)
         self.damaged = None
         if path is None:
             self.window = self._window_now(self.reads)
@@ -153,23 +154,26 @@ class Ledger:
             spent = (spent * self.unit_den + den - 1) // den
             total = (total * self.unit_den + den - 1) // den
         if lost:
-            # The unreadable slot was exactly one spend newer than this one, and every reading
-            # between the two was withheld. Withheld readings are not persisted, so that spend
-            # is put where it can have been: the next reading's window if this one had room
-            # for it, else the first reading of the window after (a window with no room
-            # withholds everything up to its end). In a seconds window it can have been at
-            # any second after this slot's, and a clock that was set back since would put it
-            # in a window still to come: nothing bounds it, so that ledger is damaged.
+            # The unreadable slot was one spend newer than this one (or older: then charging
+            # one more is only cautious), and every reading between the two was withheld.
+            # Withheld readings are not persisted, so that spend is put where it can have
+            # been: the next reading's window if this one had room for it; else the first
+            # reading of the window after, which the count reaches only after withholding the
+            # rest of this one, so it is kept as a debt that window starts with. In a seconds
+            # window it can have been at any second after this slot's, and a clock set back
+            # since would put it in a window still to come: nothing bounds it, so that
+            # ledger is damaged.
             if not self.window_records:
                 return False
             total += self.row
             wr = self.window_records
-            if spent + self.row > self.cap:
-                reads = (window + 1) * wr
-            reads += 1
-            w = (reads - 1) // wr
-            spent = (spent if w == window else 0) + self.row
-            window = w
+            if spent + self.row > self.cap and reads // wr == window:
+                self._debt = self.row
+            else:
+                reads += 1
+                w = (reads - 1) // wr
+                spent = (spent if w == window else 0) + self.row
+                window = w
         self.counter = counter
         self.reads = reads
         self.total = total
@@ -218,7 +222,8 @@ class Ledger:
         self.reads += 1
         if w != self.window:
             self.window = w
-            self.spent = 0
+            self.spent = self._debt
+            self._debt = 0
             self.withheld = 0
             self.capped = False
         if self.stopped == CLOCK:

@@ -38,7 +38,7 @@ arrive (nothing is dropped). When the host sends ``.`` the node waits through up
 ``DRAIN`` resends for the last acknowledgements; what is left stays kept for the next boot.
 
 The privacy ledger follows ledger.py's rule for windows of ``window_records`` readings
-and is written to flash before each record exists (``mbio.ledger``); a boot of its own
+and is written to flash before each record exists (``mbutil.ledger``); a boot of its own
 before each start reads it back (``mbstate.ledger``) into the node's arguments, so a
 reset continues the window with what it had spent. Console lines: ``boot ok: ...`` (with
 the records kept from earlier boots, ``gc.mem_free()`` and the project's version),
@@ -57,8 +57,8 @@ except ImportError:  # flat file system (micro:bit)
 # code on the micro:bit (tools/mbgen.py); the drain at the end is the Pico's (seriallink)
 from shared_protocol.layout import CORRECTION_SIZE, READING_HEAD_SIZE
 from seriallink import DRAIN
-from mbutil import emit
-from mbio import KEEP, ask, ledger, prep
+from mbutil import emit, ledger
+from mbio import KEEP, ask, prep
 
 try:
     _us = time.ticks_us

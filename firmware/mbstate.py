@@ -4,7 +4,7 @@ this code.
 
     led = ledger("", 2, (1, 2), (60, 1), 600)   # -> mbnode.run(..., led)
 
-The ledger is two files, ``la`` and ``lb``, written in turn by mbio.ledger, each one
+The ledger is two files, ``la`` and ``lb``, written in turn by mbutil.ledger, each one
 framed line (``~``, hex, CRC-16/CCITT-FALSE: docs/protocol.md 2) of ``counter reads spent
 unit window``. Provisioning writes both as ``0 0 0 0 0`` (a fresh ledger: a new budget,
 ``tools/provision.py``). The micro:bit's MicroPython (1.9.2) has no hashlib, so the CRC is
@@ -17,10 +17,12 @@ unit or window length than the config's (config.txt changed without provisioning
 the cap -1, so the node releases nothing and its ``#boot`` and ``#cap`` events say so
 (the gateway writes ``ledger: releases stopped: ...``) until the board is provisioned
 again. One file unreadable (a reset during its rewrite, or damage) and the other good:
-the lost file held the one release after the good one, and every reading in between was
-withheld, so it is charged where it can have been, as firmware/ledger.py does: the next
-reading's window if the good file's window had room for it, else the first reading of
-the window after.
+the lost file held the one release after the good one (or before it: then charging one
+more is only cautious), and every reading in between was withheld, so it is charged where
+it can have been, as firmware/ledger.py does: in the next reading's window if the good
+file's window had room for it; if it had none, the record was the first of the window
+after, which ledger.py carries as a debt and the node has no room for, so that stops
+releases too.
 """
 from ledger import _gcd      # code on the micro:bit (tools/mbgen.py): ledger.py's own
 from shared_protocol.framing import crc16
@@ -69,8 +71,10 @@ def ledger(d, m, eps, cap, win):
     if lost:
         # The counter stays: the node's next write replaces the lost file, not the good one.
         w = (reads - 1) // win if reads else 0
-        if spent + row > cp:
-            reads = (w + 1) * win
+        if spent + row > cp and reads // win == w:
+            # The lost record was the next window's first, reached only after the rest of
+            # this one: ledger.py carries it as a debt, which the node has no room for.
+            return 0, 0, 0, un, row, -1
         reads += 1
         spent = (spent if (reads - 1) // win == w else 0) + row
     return c, reads, spent, un, row, cp

@@ -114,3 +114,12 @@ def norm(v, c):
             break
         x = y
     return x + 1 if n - x * x > x else x
+
+
+def ledger(d, c, st):
+    """Write the node's ledger before a record exists: counter ``c``, then ``st`` =
+    (readings seen, epsilon spent in their window, unit, window length), as one framed line
+    in file ``la`` or ``lb`` by turn (its CRC-16 lets mbstate refuse a damaged file)."""
+    f = open(d + ("la" if c & 1 else "lb"), "wb")
+    f.write(frame(bytes("%d %d %d %d %d" % ((c,) + st), "ascii")))
+    f.close()

@@ -171,16 +171,16 @@ def test_a_torn_newest_slot_is_replaced_by_the_older_one_plus_a_record():
 def test_a_lost_newest_slot_after_a_capped_window_charges_the_next_window():
     # Windows of 8 readings, 4 records each. Readings 0-3 released, 4-7 withheld (capped),
     # reading 8 released in window 1 (counter 5, slot 1); that slot is then damaged. The
-    # older slot says window 0 was full, so the lost record was window 1's first: window 1
-    # may release three more, not four (five in all).
+    # older slot says window 0 was full, so the lost record was window 1's first: after the
+    # rest of window 0 (withheld), window 1 may release three more, not four.
     p = fwutil.scratch("ledger-lostnext")
     provision(p)
     kw = {"window_records": 8}
     assert _spend(p, 9, **kw) == [OK] * 4 + [CAPPED] + [WITHHELD] * 3 + [OK]
     _flip(p, SLOT_SIZE + 9)
     led = Ledger((1, 4), (1, 1), path=p, **kw)
-    assert (led.window, led.spent, led.reads) == (1, 1, 9) and led.state() == "ok"
-    assert _codes(led, 5) == [OK, OK, OK, CAPPED, WITHHELD]
+    assert (led.window, led.spent, led.reads) == (0, 4, 4) and led.state() == "ok"
+    assert _codes(led, 9) == [CAPPED] + [WITHHELD] * 3 + [OK, OK, OK, CAPPED, WITHHELD]
     fwutil.remove(p)
 
 
