@@ -1,4 +1,4 @@
-"""Helpers of firmware/mbnode.py: scaling, noise, record encoding and framing.
+"""Helpers of firmware/mbnode.py: scaling, noise, record encoding, framing and the ledger file.
 
 The micro:bit compiles each module on the board, in a heap too small for one large
 file, so the node is split: ``mbutil`` (this), ``mbio`` (UART lines, acknowledgements and
