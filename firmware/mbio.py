@@ -6,7 +6,7 @@ token (so that name and a two-column record share one 128-byte flash chunk; 2**4
 for at most KEEP files), holding the record's two framed lines exactly as sent; and the
 ledger in two files ``la`` / ``lb`` written in turn, so that a reset while one is
 rewritten (the file system deletes a file before writing it again) leaves the other, one
-release older (written by ``mbutil.ledger``). The ledger is read back by ``mbstate`` in a
+release older (written by ``mbutil.emit`` before each record). The ledger is read back by ``mbstate`` in a
 boot of its own before the node starts, not here: the node's heap is full.
 
 Events are console lines ``#<name> <fields>`` (docs/protocol.md 2.2) that the gateway

@@ -4,7 +4,7 @@ this code.
 
     led = ledger("", 2, (1, 2), (60, 1), 600)   # -> mbnode.run(..., led)
 
-The ledger is two files, ``la`` and ``lb``, written in turn by mbutil.ledger, each one
+The ledger is two files, ``la`` and ``lb``, written in turn by mbutil.emit, each one
 framed line (``~``, hex, CRC-16/CCITT-FALSE: docs/protocol.md 2) of ``counter reads spent
 unit window``. Provisioning writes both as ``0 0 0 0 0`` (a fresh ledger: a new budget,
 ``tools/provision.py``). The micro:bit's MicroPython (1.9.2) has no hashlib, so the CRC is

@@ -7,6 +7,7 @@ from shared_protocol.fixedpoint import Affine
 from shared_protocol.mechanism import Column, RecordMechanism
 from shared_protocol.rng import XorShift32
 from shared_protocol.ledgerfile import microbit_fresh
+from shared_protocol.framing import frame
 
 sys.path.insert(0, "firmware")
 import mbnode  # noqa: E402
@@ -15,7 +16,6 @@ from ledger import OK, Ledger  # noqa: E402
 from tests.portable.fwutil import scratch  # noqa: E402
 
 import mbio  # noqa: E402
-import mbutil  # noqa: E402
 import mbrng  # noqa: E402
 from tests.portable.util import raises  # noqa: E402
 import mbstate  # noqa: E402
@@ -261,10 +261,18 @@ def test_a_reset_keeps_unacknowledged_records_and_the_ledger():
     assert mbstate.ledger(d, 1, (1, 1), (4, 1), 500) == (0, 0, 0, 1, 1, -1)
 
 
+def _ledger(d, c, st):
+    """A ledger file as mbutil.emit writes it before a record (test_a_reset_keeps_... checks
+    that mbstate reads the node's own files back)."""
+    f = open(d + ("la" if c & 1 else "lb"), "wb")
+    f.write(frame(bytes("%d %d %d %d %d" % ((c,) + st), "ascii")))
+    f.close()
+
+
 def test_the_ledger_survives_a_torn_write():
     d = _folder("mb-ledger")
-    mbutil.ledger(d, 1, (5, 3, 10, 600))
-    mbutil.ledger(d, 2, (6, 4, 10, 600))
+    _ledger(d, 1, (5, 3, 10, 600))
+    _ledger(d, 2, (6, 4, 10, 600))
     # 2 columns at 1/10, cap 6/10 -> unit 10, a record 2, the cap 6
     assert mbstate.ledger(d, 2, (1, 10), (6, 10), 600) == (2, 6, 4, 10, 2, 6)
     f = open(d + "lb", "w")       # counter 2 lives in lb; a reset cut its rewrite short
@@ -294,8 +302,8 @@ def test_one_damaged_byte_anywhere_never_gives_budget_back():
     # Each byte of each file flipped in turn: the other file plus the lost record, so at
     # least the 2 spent (3 when the older file was the damaged one), never less.
     d = _folder("mb-flip")
-    mbutil.ledger(d, 1, (1, 1, 1, 1000))
-    mbutil.ledger(d, 2, (2, 2, 1, 1000))
+    _ledger(d, 1, (1, 1, 1, 1000))
+    _ledger(d, 2, (2, 2, 1, 1000))
     good = {}
     for n in ("la", "lb"):
         f = open(d + n, "rb")
@@ -316,11 +324,11 @@ def test_a_lost_file_after_a_full_window_stops_releases():
     # (window 0 full); lb (counter 2) lost: it was window 1's first reading, which the node
     # reaches only after the rest of window 0: nothing is released (ledger.py keeps a debt).
     d = _folder("mb-next")
-    mbutil.ledger(d, 1, (3, 2, 1, 8))
+    _ledger(d, 1, (3, 2, 1, 8))
     os.remove(d + "lb")
     assert mbstate.ledger(d, 1, (1, 1), (2, 1), 8) == (0, 0, 0, 1, 1, -1)
     # at the window's last reading the lost record was the next window's first: charged there
-    mbutil.ledger(d, 1, (8, 2, 1, 8))
+    _ledger(d, 1, (8, 2, 1, 8))
     assert mbstate.ledger(d, 1, (1, 1), (2, 1), 8) == (1, 9, 1, 1, 1, 2)
 
 
@@ -333,7 +341,7 @@ def test_a_missing_or_damaged_ledger_releases_nothing():
             _flip(d + "la", 5)
             _flip(d + "lb", 9)
         elif case == "another config":
-            mbutil.ledger(d, 1, (1, 1, 2, 10))      # kept under unit 2
+            _ledger(d, 1, (1, 1, 2, 10))      # kept under unit 2
         led = mbstate.ledger(d, 1, (1, 1), (4, 1), 10)
         assert led[5] == -1, case
         uart = FakeUart(rows)

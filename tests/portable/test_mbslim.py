@@ -140,7 +140,7 @@ def test_scaling_in_emit_is_affine_apply_on_every_class():
     for r in RAWS:
         ln = bytearray(bytes(",".join([str(r)] * m), "ascii"))
         mbutil.emit(XorShift32(1), cols, [_Zero()] * m, [0] * m, ln, len(ln), rb, cb,
-                    7, 1, 0, 0, d)
+                    7, 1, 0, 0, d, (1, 1, 1, 1, 600))
         for n in os.listdir(d):
             os.remove(d + n)
         assert list(wire.decode_reading(bytes(rb))[5]) == [_clamp_i32(f.apply(r)) for f in maps], r
