@@ -329,8 +329,13 @@ class App:
                 continue
             up.service()
             if not sampling and not idle_said and up.idle():
-                self.log("idle: all %d records acknowledged (%d messages published, %d records resent, %d connects)"
-                         % (self.released, up.published, up.resent, up.connects))
+                if up.refused:
+                    self.log("idle: %d records acknowledged, %d refused by the broker and dropped (%d messages "
+                             "published, %d records resent, %d connects)" % (self.released - up.refused, up.refused,
+                                                                             up.published, up.resent, up.connects))
+                else:
+                    self.log("idle: all %d records acknowledged (%d messages published, %d records resent, %d "
+                             "connects)" % (self.released, up.published, up.resent, up.connects))
                 idle_said = True
             if not sampling or period:
                 wait = 20 if not sampling else t.ticks_diff(next_read, t.ticks_ms())

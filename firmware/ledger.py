@@ -29,9 +29,11 @@ Failing closed. The state is written before the record exists, to two slots in t
 (shared_protocol/ledgerfile.py: a SHA-256 per slot), so a reset cannot hand a window a
 fresh budget. A missing file, or one with neither slot readable, stops every release
 until the board is provisioned again (``tools/flash.py provision`` writes a fresh
-ledger); one unreadable slot (a reset during its write, or damage) is replaced by the
-other, charged one record more than it says (each write adds one record, so the lost
-slot held at most that). ``charge()`` returns OK and records the spend, WITHHELD, CAPPED
+ledger); with records windows one unreadable slot (a reset during its write, or damage)
+is replaced by the other, charged one record more than it says, in the window that record
+can have been in (each write adds one record, so the lost slot held at most that;
+``_load``); with seconds windows that window is unknown, so one unreadable slot stops
+releases as well. ``charge()`` returns OK and records the spend, WITHHELD, CAPPED
 the first time a window reaches its cap, or STOPPED the first time the ledger refuses
 for a reason of its own (``stopped``: damaged, clock behind, lifetime cap). A reset
 after a spend whose record was never stored costs budget without releasing anything
@@ -110,8 +112,12 @@ class Ledger:
         self.withheld = 0
         self.capped = False
         self.stopped = None       # why the ledger refuses (DAMAGED, CLOCK, LIFETIME), or None
-        self.damaged = DAMAGED if path is not None and not self._load() else None
-        self.window = self._window_now(self.reads)
+        self._debt = 0            # spent at the start of the next window (a lost slot's record)
+        self.damaged = None
+        if path is None:
+            self.window = self._window_now(self.reads)
+        elif not self._load():
+            self.damaged = DAMAGED
 
     def _window_now(self, reads):
         if self.window_records:
@@ -143,25 +149,47 @@ class Ledger:
         if best is None:
             return False
         counter, den, window, spent, reads, total, last_s = best
-        if lost:
-            # The unreadable slot was at most one spend newer than this one. Its counter
-            # may have sealed a record (the nonce, shared_protocol/seal.py), so the counter
-            # moves past it; +2 puts the next write in the unreadable slot, not this one.
-            counter += 2
-            spent += (self.row * den + self.unit_den - 1) // self.unit_den
-            total += (self.row * den + self.unit_den - 1) // self.unit_den
-            reads += 1
         if den != self.unit_den:
             # New provisioning: convert, rounding spends up (never undercount).
             spent = (spent * self.unit_den + den - 1) // den
             total = (total * self.unit_den + den - 1) // den
+        if lost:
+            # The unreadable slot was one spend newer than this one (or older: then charging
+            # one more is only cautious), and every reading between the two was withheld.
+            # Withheld readings are not persisted, so that spend is put where it can have
+            # been: the next reading's window if this one had room for it; else the first
+            # reading of the window after, which the count reaches only after withholding the
+            # rest of this one, so it is kept as a debt that window starts with. In a seconds
+            # window it can have been at any second after this slot's, and a clock set back
+            # since would put it in a window still to come: nothing bounds it, so that
+            # ledger is damaged.
+            if not self.window_records:
+                return False
+            # Its counter may have sealed a record (the nonce, shared_protocol/seal.py), so the
+            # counter moves past it; +2 puts the next write in the unreadable slot, not this one.
+            counter += 2
+            total += self.row
+            wr = self.window_records
+            if spent + self.row > self.cap and reads // wr == window:
+                self._debt = self.row
+            else:
+                reads += 1
+                w = (reads - 1) // wr
+                spent = (spent if w == window else 0) + self.row
+                window = w
         self.counter = counter
         self.reads = reads
         self.total = total
         self.released = total // self.row
         self.last_s = last_s
-        if self._window_now(reads) == window:
-            self.spent = spent
+        # A records window is known from the count; a seconds window is kept with its spend
+        # as the last release left it, whatever the clock says now: a clock behind at boot
+        # that catches up must find that window's spend (charge starts another afresh).
+        if self.window_records and self._window_now(reads) != window:
+            window = self._window_now(reads)
+            spent = 0
+        self.window = window
+        self.spent = spent
         return True
 
     def _save(self):
@@ -197,7 +225,8 @@ class Ledger:
         self.reads += 1
         if w != self.window:
             self.window = w
-            self.spent = 0
+            self.spent = self._debt
+            self._debt = 0
             self.withheld = 0
             self.capped = False
         if self.stopped == CLOCK:

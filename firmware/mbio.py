@@ -6,8 +6,8 @@ token (so that name and a two-column record share one 128-byte flash chunk; 2**4
 for at most KEEP files), holding the record's two framed lines exactly as sent; and the
 ledger in two files ``la`` / ``lb`` written in turn, so that a reset while one is
 rewritten (the file system deletes a file before writing it again) leaves the other, one
-release older. The ledger is read back by ``mbstate`` in a boot of its own before the
-node starts, not here: the node's heap is full.
+release older (written by ``mbutil.emit`` before each record). The ledger is read back by ``mbstate`` in a
+boot of its own before the node starts, not here: the node's heap is full.
 
 Events are console lines ``#<name> <fields>`` (docs/protocol.md 2.2) that the gateway
 expands into the human-readable console text and the status messages: the words and
@@ -115,14 +115,6 @@ def ask(w, ri, one, ln, d, s, most, rounds):
     w(b"?\n")
     n = line(ri, one, ln, 0)
     return -1 if n == 1 and ln[0] == 46 else n
-
-
-def ledger(d, c, st):
-    """Write the ledger before a record exists: counter ``c``, then ``st`` = (readings
-    seen, epsilon spent in their window, unit, window length); mbstate.ledger reads it."""
-    f = open(d + ("la" if c & 1 else "lb"), "w")
-    f.write("%d %d %d %d %d;" % ((c,) + st))
-    f.close()
 
 
 def prep(w, d, ln, dev, boot, led, worst):

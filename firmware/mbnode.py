@@ -38,7 +38,7 @@ arrive (nothing is dropped). When the host sends ``.`` the node waits through up
 ``DRAIN`` resends for the last acknowledgements; what is left stays kept for the next boot.
 
 The privacy ledger follows ledger.py's rule for windows of ``window_records`` readings
-and is written to flash before each record exists (``mbio.ledger``); a boot of its own
+and is written to flash before each record exists (by ``mbutil.emit``, first); a boot of its own
 before each start reads it back (``mbstate.ledger``) into the node's arguments, so a
 reset continues the window with what it had spent. Console lines: ``boot ok: ...`` (with
 the records kept from earlier boots, ``gc.mem_free()`` and the project's version),
@@ -58,7 +58,7 @@ except ImportError:  # flat file system (micro:bit)
 from shared_protocol.layout import CORRECTION_SIZE, READING_HEAD_SIZE
 from seriallink import DRAIN
 from mbutil import emit
-from mbio import KEEP, ask, ledger, prep
+from mbio import KEEP, ask, prep
 
 try:
     _us = time.ticks_us
@@ -123,9 +123,9 @@ def run(dev, cfg_id, cols, eps, centre, win, cap, worst, led, rng=None, uart=Non
             continue
         spent += row
         lc += 1
-        ledger(d, lc, (reads, spent, un, win))
         t0 = _us()
-        a, b = emit(rng, cols, lap, centre, ln, n, rb, cb, dev, boot, seq, cfg_id, d)
+        a, b = emit(rng, cols, lap, centre, ln, n, rb, cb, dev, boot, seq, cfg_id, d,
+                    (lc, reads, spent, un, win))
         cost += _diff(_us(), t0)
         s[0] += 1
         w(a)

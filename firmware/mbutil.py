@@ -1,4 +1,4 @@
-"""Helpers of firmware/mbnode.py: scaling, noise, record encoding and framing.
+"""Helpers of firmware/mbnode.py: scaling, noise, record encoding, framing and the ledger file.
 
 The micro:bit compiles each module on the board, in a heap too small for one large
 file, so the node is split: ``mbutil`` (this), ``mbio`` (UART lines, acknowledgements and
@@ -65,11 +65,19 @@ def pack(rb, cb, tok, y, dd, dev, boot, seq, cfg_id):
     put32(cb, CORRECTION_SIZE - 4, dd)
 
 
-def emit(rng, cols, lap, centre, ln, n, rb, cb, dev, boot, seq, cfg_id, d):
-    """Release the reading ``raw0,raw1,...`` in ``ln[:n]`` (Node.release's draws): scale and
-    clamp each column (fixedpoint.Affine.apply), add its noise, draw the token, encode both
-    records, keep their framed lines in a file named by the token's first ``NAME`` hex
-    digits (before they are sent: ``d`` is the folder prefix), return them."""
+def emit(rng, cols, lap, centre, ln, n, rb, cb, dev, boot, seq, cfg_id, d, led):
+    """Write the ledger ``led`` = (counter, readings seen, epsilon spent in their window,
+    unit, window length) to flash first (file ``la`` or ``lb`` by turn, one framed line:
+    its CRC-16 lets mbstate refuse a damaged file), before anything of the record exists;
+    then release the reading ``raw0,raw1,...`` in ``ln[:n]`` (Node.release's draws): scale
+    and clamp each column (fixedpoint.Affine.apply), add its noise, draw the token, encode
+    both records, keep their framed lines in a file named by the token's first ``NAME``
+    hex digits (before they are sent: ``d`` is the folder prefix), return them. The ledger
+    writer lives here, not in a function of its own: one more global of a module costs the
+    node's heap more than these lines (a module's table of names grows in steps)."""
+    f = open(d + ("la" if led[0] & 1 else "lb"), "wb")
+    f.write(frame(bytes("%d %d %d %d %d" % led, "ascii")))
+    f.close()
     raw = bytes(ln[:n]).split(b",")
     q = []
     y = []
@@ -114,3 +122,4 @@ def norm(v, c):
             break
         x = y
     return x + 1 if n - x * x > x else x
+

@@ -74,7 +74,8 @@ class Node:
         else:
             wire.encode_correction_into(self._cbuf, tok, _clamp_i32(d_diff))
         self.send(bytes(self._rbuf[:n]), bytes(self._cbuf))
-        self.seq = seq + 1
+        # Within a boot the number wraps from 2^32-1 to 0 (docs/protocol.md, section 9).
+        self.seq = seq + 1 if seq < 0xFFFFFFFF else 0
         return seq
 
 

@@ -13,8 +13,15 @@ A PUBACK overdue by ``ack_timeout_ms`` means a dead connection: reconnect, resen
 
 Reconnects back off exponentially from ``backoff_min_ms`` to ``backoff_max_ms``, with
 up to 25% random jitter so a fleet does not return in lockstep after a broker restart.
-The backoff resets only once a connection has carried a PUBACK or PINGRESP, so a
-broker that accepts and then drops us is not hammered.
+The backoff resets only once a connection has moved the ring on (a record's PUBACK), or
+carried any answer while nothing of the ring was outstanding, so a broker that accepts and
+then drops us is not hammered.
+
+Mosquitto 2.0 answers a publish it refuses (too large, not permitted) by closing the
+connection, and would do so again for every resend of the same bytes: a reconnect storm
+that also blocks every record behind it. A record that was the oldest unacknowledged one
+when ``REFUSED_AFTER`` connections in a row ended is taken as refused: it leaves the ring,
+is counted in ``refused`` and logged, and is never sent again (docs/protocol.md, section 11).
 Status messages (small JSON texts) are QoS 1 too but live in RAM only: the newest few
 are kept while the broker is away.
 """
@@ -30,6 +37,7 @@ CORRECTIONS = topics.CORRECTIONS.encode()
 _STATUS_PID0 = 65001        # record ids use 1..65000
 _STATUS_KEEP = 4
 _SYNC_MS = 500
+REFUSED_AFTER = 4           # connections in a row lost with the same oldest record unacknowledged
 
 
 def record_pid(o, part):
@@ -69,6 +77,9 @@ class Uplink:
         self.connects = 0
         self.published = 0
         self.resent = 0
+        self.refused = 0
+        self._suspect = -1               # oldest record outstanding when connections were lost
+        self._suspect_losses = 0
 
     def status(self, payload):
         """Queue a status text; the oldest is forgotten beyond a few unsent ones."""
@@ -89,11 +100,10 @@ class Uplink:
                     got = self.client.poll()
                     if got is None:
                         break
-                    if not self._healthy:
+                    moved = got[0] == PUBACK and self._acked(got[1])
+                    if (moved or not self.inflight) and not self._healthy:
                         self._healthy = True
                         self._backoff = self.backoff_min_ms
-                    if got[0] == PUBACK:
-                        self._acked(got[1])
                 self.client.keepalive_due(now)
                 for pid in self.inflight:
                     if c.ticks_diff(now, self.inflight[pid][2]) > self.ack_timeout_ms:
@@ -128,6 +138,24 @@ class Uplink:
                  % (present, self.ring.pending))
 
     def _lost(self, now, e):
+        oldest = -1
+        for v in self.inflight.values():
+            if oldest < 0 or v[0] < oldest:
+                oldest = v[0]
+        if oldest >= 0:
+            if oldest == self._suspect:
+                self._suspect_losses += 1
+            else:
+                self._suspect = oldest
+                self._suspect_losses = 1
+            if self._suspect_losses >= REFUSED_AFTER:
+                self.ring.ack(oldest, 0)
+                self.ring.ack(oldest, 1)
+                self.refused += 1
+                self._suspect = -1
+                self._suspect_losses = 0
+                self.log("mqtt: record %d dropped: the broker closed %d connections in a row while it "
+                         "was unacknowledged (refused?); never resent" % (oldest, REFUSED_AFTER))
         self.client.close()
         self.up = False
         self.inflight = {}
@@ -180,11 +208,16 @@ class Uplink:
             for s in self._status:
                 if s[0] == pid:
                     self._status.remove(s)
-                    return
-            return
+                    return False
+            return False
         rec = self.inflight.pop(pid, None)
-        if rec is not None:
-            self.ring.ack(rec[0], rec[1])
+        if rec is None:
+            return False
+        self.ring.ack(rec[0], rec[1])
+        if rec[0] == self._suspect:
+            self._suspect = -1
+            self._suspect_losses = 0
+        return True
 
 
 def _reason(e):

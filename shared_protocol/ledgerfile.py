@@ -46,3 +46,13 @@ def unpack(slot):
 def fresh():
     """A whole fresh ledger file: slot 0 zero (unit 1), slot 1 empty."""
     return pack(0, 1, 0, 0, 0, 0, 0) + bytes(SLOT_SIZE)
+
+
+def microbit_fresh():
+    """A fresh micro:bit ledger file (firmware/mbstate.py): what provisioning writes to both
+    ``la`` and ``lb``, the framed line of ``0 0 0 0 0``."""
+    try:
+        from .framing import frame
+    except ImportError:
+        from framing import frame  # flat file system
+    return frame(b"0 0 0 0 0")

@@ -309,13 +309,18 @@ def write_config(repl: RawRepl | None, cfg: dict[str, Any], folder: Path | None 
     release with a damaged or missing one until this is done again); ``seal_key`` (the
     board's correction-record keys) goes with that fresh ledger, whose counter is the seal's
     nonce: new keys and a counter from 0 always together. The config's name and bytes."""
-    from dpsense.protocol.ledgerfile import fresh
+    from dpsense.protocol.ledgerfile import fresh, microbit_fresh
     name, data = config_file(board, cfg)
-    ledger = None
+    ledgers: dict[str, bytes] = {}
     if name == "config.json":
-        ledger = cfg.get("ledger_path") or board_profile(board).get("ledger_path")
+        path = cfg.get("ledger_path") or board_profile(board).get("ledger_path")
+        if path:
+            ledgers[path] = fresh()
+    else:
+        # The micro:bit node's two ledger files (firmware/mbstate.py), both fresh.
+        ledgers = {"la": microbit_fresh(), "lb": microbit_fresh()}
     key_path = cfg.get("seal_key_path") if seal_key is not None else None
-    if seal_key is not None and not (ledger and key_path):
+    if seal_key is not None and not (ledgers and key_path and name == "config.json"):
         raise ValueError("keys go to a board with a ledger and a seal_key_path")
     if folder is not None:
         (folder / name).write_bytes(data)
@@ -323,15 +328,15 @@ def write_config(repl: RawRepl | None, cfg: dict[str, Any], folder: Path | None 
         if key_path:
             from dpsense.cloud.files import write_private
             write_private(folder / key_path, seal_key or b"")
-        if ledger:
-            (folder / ledger).write_bytes(fresh())
+        for path, content in ledgers.items():
+            (folder / path).write_bytes(content)
     else:
         assert repl is not None
         repl.write_file(name, data)
         if key_path:
             repl.write_file(key_path, seal_key or b"")
-        if ledger:
-            repl.write_file(ledger, fresh())
+        for path, content in ledgers.items():
+            repl.write_file(path, content)
     return name, data
 
 

@@ -236,6 +236,10 @@ def do_status(args: argparse.Namespace) -> int:
         print("analyst     %d readings, %d dead letters (%d distinct), %d device boots, %d missing sequence "
               "numbers" % (a.count(), a.dead_letter_messages(), a.dead_letter_count(), len(gaps),
                            sum(g.missing for g in gaps)))
+        ic = a.counters()
+        # The same words and figures as the ingest's own log line (cloud/ingest/service.py).
+        print("  ingest: %d received, %d stored, %d duplicates, %d dead letters"
+              % (ic["ingest_received"], ic["ingest_stored"], ic["ingest_duplicates"], ic["ingest_dead_letters"]))
         for d in a.dead_letters(args.dead):
             print("  dead: %-28s %-50s %d bytes%s" % (d.topic, d.reason[:50], d.size,
                                                        " x%d" % d.repeats if d.repeats > 1 else ""))

@@ -49,6 +49,12 @@ def parse_event(line: bytes) -> dict[str, Any]:
     return ev
 
 
+# A micro:bit whose ledger is missing or damaged runs with the cap -1 and releases nothing
+# (firmware/mbstate.py); the words are the full firmware's (firmware/ledger.py DAMAGED).
+STOPPED_CAP = -1
+DAMAGED = "damaged or missing ledger: provision the board again"
+
+
 def expand_event(ev: dict[str, Any], boot: dict[str, Any] | None) -> tuple[list[str], dict[str, Any] | None]:
     """Console lines and status message (or None) of a parsed event, in the words of the
     full firmware (app.py). ``boot``: the board's last ``boot`` event (device, boot id,
@@ -59,13 +65,23 @@ def expand_event(ev: dict[str, Any], boot: dict[str, Any] | None) -> tuple[list[
         text = ("boot ok: board=%s device=%d boot=%d entropy=%s eps_record=%s pending=%d mem_free=%d"
                 " version=%s" % (ev["board"], ev["device"], ev["boot"], ev["entropy"], er,
                                  ev["pending"], ev["mem_free"], ev["version"]))
+        stopped = ev["cap"] == STOPPED_CAP
         status = {"event": "boot", "device": ev["device"], "boot": ev["boot"], "board": ev["board"],
                   "entropy": ev["entropy"], "eps_record": er,
-                  "cap": _frac(ev["cap"], ev["unit"]), "pending": ev["pending"],
-                  "dropped": ev["dropped"], "mem_free": ev["mem_free"], "version": ev["version"]}
+                  "cap": "0" if stopped else _frac(ev["cap"], ev["unit"]), "pending": ev["pending"],
+                  "dropped": ev["dropped"], "mem_free": ev["mem_free"], "version": ev["version"],
+                  "ledger": DAMAGED if stopped else "ok"}
         if ev["worst_den"]:                       # 0/0: the board was not told
             status["eps_record_worst"] = _frac(ev["worst_num"], ev["worst_den"])
+        if stopped:
+            return [text, "ledger: %s; releasing nothing" % DAMAGED], status
         return [text], status
+    if name == "cap" and ev["cap"] == STOPPED_CAP:
+        b = boot or {}
+        return ["ledger: releases stopped: %s" % DAMAGED], {
+            "event": "ledger_stopped", "device": b.get("device"), "boot": b.get("boot"),
+            "board": b.get("board"), "entropy": b.get("entropy"), "window": ev["window"],
+            "released": ev["released"], "ledger": DAMAGED}
     if name == "cap":
         w, unit = ev["window"], ev["unit"]
         cap, spent = _frac(ev["cap"], unit), _frac(ev["spent"], unit)

@@ -20,12 +20,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import psycopg
 from psycopg import conninfo
 
 from .repository import (
+    GAPS_SQL,
+    WRAP_END_SQL,
     AnalystStore,
     Correction,
     CorrectionStore,
@@ -35,6 +38,7 @@ from .repository import (
     StorageError,
     StorageUnavailable,
     Window,
+    boot_gap,
     check_limit,
     correction_conflict,
     dead_letter_row,
@@ -315,10 +319,13 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
         return Window([r[0] for r in rows], [r[1] for r in rows], values_matrix([r[2] for r in rows]))
 
     def gaps(self) -> list[Gap]:
-        rows = self._rows("account for sequence gaps",
-                          "SELECT device_id, boot_id, min(seq), max(seq), count(*) FROM readings"
-                          " GROUP BY device_id, boot_id ORDER BY device_id, boot_id")
-        return [Gap(device, boot, first, last, n, last - first + 1 - n) for device, boot, first, last, n in rows]
+        rows = self._rows("account for sequence gaps", GAPS_SQL)
+
+        def wrap_end(device: int, boot: int, widest: int) -> int:
+            found: int = self._rows("account for sequence gaps", WRAP_END_SQL, (device, boot, widest))[0][0]
+            return found
+        return [boot_gap(d, b, lo, hi, n, w, partial(wrap_end, d, b, w))
+                for d, b, lo, hi, n, w in rows]
 
     def get_meta(self, key: str) -> str | None:
         rows = self._rows("read meta %r" % key, "SELECT value FROM meta WHERE key = %s", (key,))

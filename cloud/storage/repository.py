@@ -35,7 +35,7 @@ import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from types import TracebackType
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Self
 
 import numpy as np
@@ -121,7 +121,9 @@ class DeadLetter:
 
 @dataclass(frozen=True)
 class Gap:
-    """Sequence accounting for one boot of one device: ``missing = last - first + 1 - received``."""
+    """Sequence accounting for one boot of one device: ``missing = last - first + 1 - received``
+    counted modulo 2^32, since a boot's sequence number wraps from 2^32-1 to 0 (docs/protocol.md,
+    section 9): ``first_seq`` may then be larger than ``last_seq``."""
 
     device_id: int
     boot_id: int
@@ -129,6 +131,32 @@ class Gap:
     last_seq: int
     received: int
     missing: int
+
+
+SEQ_MOD = 1 << 32
+
+# Per (device, boot): the lowest and highest sequence number, the count, and the widest step
+# between two consecutive stored numbers (0 for a single reading). Both backends run it as is.
+GAPS_SQL = ("WITH s AS (SELECT device_id, boot_id, seq, seq - lag(seq) OVER (PARTITION BY device_id, boot_id"
+            " ORDER BY seq) AS step FROM readings)"
+            " SELECT device_id, boot_id, min(seq), max(seq), count(*), coalesce(max(step), 0) FROM s"
+            " GROUP BY device_id, boot_id ORDER BY device_id, boot_id")
+# The stored number just after a step of the given width in one boot (device, boot, width).
+WRAP_END_SQL = ("SELECT min(seq) FROM (SELECT seq, seq - lag(seq) OVER (ORDER BY seq) AS step FROM readings"
+                " WHERE device_id = %s AND boot_id = %s) AS s WHERE step = %s")
+
+
+def boot_gap(device_id: int, boot_id: int, lo: int, hi: int, received: int, widest: int,
+             wrap_end: Callable[[], int]) -> Gap:
+    """The gap of one boot from ``GAPS_SQL``'s row. The numbers lie on a circle of 2^32; the
+    boot's readings are taken to be the shortest arc that covers them, so the widest hole is the
+    one that was never sent. When that hole is inside ``lo..hi`` rather than across the wrap,
+    the sequence wrapped: ``wrap_end()`` gives the stored number just after the hole."""
+    across = lo + SEQ_MOD - hi              # the hole from hi round to lo
+    if widest <= across:
+        return Gap(device_id, boot_id, lo, hi, received, hi - lo + 1 - received)
+    first = wrap_end()
+    return Gap(device_id, boot_id, first, first - widest, received, SEQ_MOD - received - (widest - 1))
 
 
 class Window(NamedTuple):

@@ -21,9 +21,12 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from .repository import (
+    GAPS_SQL,
+    WRAP_END_SQL,
     AnalystStore,
     Correction,
     CorrectionStore,
@@ -33,6 +36,7 @@ from .repository import (
     StorageError,
     StorageUnavailable,
     Window,
+    boot_gap,
     check_limit,
     correction_conflict,
     dead_letter_row,
@@ -332,10 +336,14 @@ class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
 
     def gaps(self) -> list[Gap]:
         with self._translate("account for sequence gaps"):
-            rows = self._conn.execute(
-                "SELECT device_id, boot_id, min(seq), max(seq), count(*) FROM readings"
-                " GROUP BY device_id, boot_id ORDER BY device_id, boot_id").fetchall()
-        return [Gap(device, boot, first, last, n, last - first + 1 - n) for device, boot, first, last, n in rows]
+            rows = self._conn.execute(GAPS_SQL).fetchall()
+
+        def wrap_end(device: int, boot: int, widest: int) -> int:
+            with self._translate("account for sequence gaps"):
+                found: int = self._conn.execute(WRAP_END_SQL.replace("%s", "?"), (device, boot, widest)).fetchone()[0]
+            return found
+        return [boot_gap(d, b, lo, hi, n, w, partial(wrap_end, d, b, w))
+                for d, b, lo, hi, n, w in rows]
 
     def get_meta(self, key: str) -> str | None:
         with self._translate("read meta %r" % key):

@@ -33,6 +33,7 @@ from dpsense.tools.deploy import BOARDS as FLASH_BOARDS
 from dpsense.tools.deploy import (MICROBIT_BOOT_FILES, MICROBIT_FILES, check_imports, deploy, plan,
                                   resolve_sources)
 from dpsense.tools.microbit import BoardConfigError, boot_microbit_node, check_microbit_config
+from dpsense.protocol.ledgerfile import microbit_fresh
 from dpsense.tools.provision import config_file
 from dpsense.tools.qemu import QemuMicrobit
 
@@ -103,6 +104,12 @@ class QemuRig(TapRig):
         repl = self._board()
         name, data = config_file("microbit", config)
         repl.write_file(name, data)
+        # Provisioning writes a fresh ledger (tools/provision.py write_config); without one
+        # the node releases nothing (firmware/mbstate.py).
+        present = repl.listdir()
+        for ledger in ("la", "lb"):
+            if ledger not in present:
+                repl.write_file(ledger, microbit_fresh())
         try:
             check_microbit_config(repl)
         except BoardConfigError as e:

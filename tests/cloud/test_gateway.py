@@ -171,11 +171,26 @@ def test_event_lines_become_the_full_firmware_console_text_and_status_messages()
     assert all(t == "dpsense/status/d7" for t, _ in pubs)
     assert boot == {"event": "boot", "device": 7, "boot": 99, "board": "microbit",
                     "entropy": "prng_no_dp", "eps_record": "1/4", "eps_record_worst": "4", "cap": "1",
-                    "pending": 2, "dropped": 0, "mem_free": 2288, "version": "0.2.0"}
+                    "pending": 2, "dropped": 0, "mem_free": 2288, "version": "0.2.0", "ledger": "ok"}
     assert cap == {"event": "window_cap", "device": 7, "boot": 99, "board": "microbit",
                    "entropy": "prng_no_dp", "eps_record": "1/4", "window": 0, "spent": "1",
                    "cap": "1", "withheld": 1, "released": 4}
     assert gw.stats.events == 5 and gw.stats.malformed == 0
+
+
+def test_a_micro_bit_with_a_damaged_ledger_says_releases_stopped():
+    # firmware/mbstate.py gives the node the cap -1 when its ledger is missing or damaged
+    gw, pubs, logs = _tracking()
+    gw.feed(b"#boot microbit prng_no_dp 7 99 1 4 -1 0 0 0 0 1400 0.2.0\n#cap 0 0 -1 4 1 0\n")
+    assert logs == [
+        "console: boot ok: board=microbit device=7 boot=99 entropy=prng_no_dp eps_record=1/4 "
+        "pending=0 mem_free=1400 version=0.2.0",
+        "console: ledger: damaged or missing ledger: provision the board again; releasing nothing",
+        "console: ledger: releases stopped: damaged or missing ledger: provision the board again"]
+    import json
+    boot, stop = [json.loads(p) for t, p in pubs]
+    assert boot["ledger"] == stop["ledger"] == "damaged or missing ledger: provision the board again"
+    assert boot["cap"] == "0" and stop["event"] == "ledger_stopped" and stop["released"] == 0
 
 
 def test_every_event_the_micro_bit_node_writes_is_one_the_gateway_reads():

@@ -200,6 +200,20 @@ def test_gaps_account_per_device_and_boot(analyst: AnalystStore) -> None:
     ]
 
 
+def test_a_sequence_that_wraps_within_a_boot_is_not_a_gap(analyst: AnalystStore) -> None:
+    top = 2**32 - 1
+    analyst.add_batch([reading(1, 1, s) for s in (top - 2, top - 1, top, 0, 1)], [])  # wraps, nothing lost
+    analyst.add_batch([reading(1, 2, s) for s in (top - 1, 0, 3)], [])                # top, 1 and 2 lost
+    analyst.add_batch([reading(2, 1, s) for s in (0, 2**31, top)], [])  # shortest cover runs through the wrap
+    analyst.add_batch([reading(3, 1, s) for s in (5, 6, 9)], [])                       # no wrap, 7 and 8 lost
+    assert analyst.gaps() == [
+        Gap(1, 1, first_seq=top - 2, last_seq=1, received=5, missing=0),
+        Gap(1, 2, first_seq=top - 1, last_seq=3, received=3, missing=3),
+        Gap(2, 1, first_seq=2**31, last_seq=0, received=3, missing=2**31 - 2),
+        Gap(3, 1, first_seq=5, last_seq=9, received=3, missing=2),
+    ]
+
+
 def test_windows_follow_arrival_order(analyst: AnalystStore) -> None:
     arrivals = [reading(2, 1, 5, (10, 11), at=1.0), reading(1, 1, 9, (-20, 21), at=2.0),
                 reading(1, 1, 1, (30, -2**31 + 1), at=3.0), reading(3, 7, 0, (40, 2**31 - 1), at=4.0)]

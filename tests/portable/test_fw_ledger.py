@@ -168,6 +168,63 @@ def test_a_torn_newest_slot_is_replaced_by_the_older_one_plus_a_record():
     fwutil.remove(p)
 
 
+def test_a_lost_newest_slot_after_a_capped_window_charges_the_next_window():
+    # Windows of 8 readings, 4 records each. Readings 0-3 released, 4-7 withheld (capped),
+    # reading 8 released in window 1 (counter 5, slot 1); that slot is then damaged. The
+    # older slot says window 0 was full, so the lost record was window 1's first: after the
+    # rest of window 0 (withheld), window 1 may release three more, not four.
+    p = fwutil.scratch("ledger-lostnext")
+    provision(p)
+    kw = {"window_records": 8}
+    assert _spend(p, 9, **kw) == [OK] * 4 + [CAPPED] + [WITHHELD] * 3 + [OK]
+    _flip(p, SLOT_SIZE + 9)
+    led = Ledger((1, 4), (1, 1), path=p, **kw)
+    assert (led.window, led.spent, led.reads) == (0, 4, 4) and led.state() == "ok"
+    assert _codes(led, 9) == [CAPPED] + [WITHHELD] * 3 + [OK, OK, OK, CAPPED, WITHHELD]
+    fwutil.remove(p)
+
+
+def test_a_lost_newest_slot_with_seconds_windows_stops_releases():
+    # The lost record can have been at any second after the older slot's: with a clock set
+    # back since, in a window still to come. Nothing bounds it, so nothing is released.
+    p = fwutil.scratch("ledger-lostsec")
+    provision(p)
+    clock = fwutil.FakeClock(0)
+    kw = {"window_seconds": 60, "clock": clock}
+    led = Ledger((1, 2), (1, 1), path=p, **kw)
+    assert _codes(led, 3) == [OK, OK, CAPPED]            # window 0 full (counter 2, slot 0)
+    clock.ms = 61000
+    assert led.charge() == OK                            # window 1 (counter 3, slot 1)
+    led.close()
+    _flip(p, SLOT_SIZE + 9)
+    clock.ms = 30000                                     # set back into window 0
+    led = Ledger((1, 2), (1, 1), path=p, **kw)
+    assert led.state() == DAMAGED and _codes(led, 2) == [STOPPED, WITHHELD]
+    clock.ms = 200000
+    assert led.charge() == WITHHELD
+    fwutil.remove(p)
+
+
+def test_a_clock_behind_at_boot_that_catches_up_finds_its_window_spent():
+    # Found by tests/statistical/test_ledger_faults.py: the window's spend was dropped when
+    # the clock at boot was in another window, and given back when the clock came back to it.
+    p = fwutil.scratch("ledger-catchup")
+    provision(p)
+    clock = fwutil.FakeClock(125 * 1000)
+    kw = {"window_seconds": 60, "clock": clock}
+    led = Ledger((1, 2), (1, 1), path=p, **kw)
+    assert _codes(led, 3) == [OK, OK, CAPPED]            # window 2 full, last second 125
+    led.close()
+    clock.ms = 30 * 1000                                 # a reset, the clock behind (window 0)
+    led = Ledger((1, 2), (1, 1), path=p, **kw)
+    assert led.charge() == STOPPED
+    clock.ms = 130 * 1000                                # caught up, still window 2
+    assert _codes(led, 2) == [CAPPED, WITHHELD]
+    clock.ms = 180 * 1000
+    assert _codes(led, 3) == [OK, OK, CAPPED]
+    fwutil.remove(p)
+
+
 def test_the_lifetime_cap_is_persisted_and_stops_releases():
     p = fwutil.scratch("ledger-life")
     provision(p)

@@ -2,7 +2,7 @@
 from tests.portable import fwutil
 from ring import Ring
 from mqtt import MQTTClient
-from uplink import CORRECTIONS, Uplink, record_pid
+from uplink import CORRECTIONS, REFUSED_AFTER, Uplink, record_pid
 from net import WifiLink
 
 CONNACK = b"\x20\x02\x00\x00"
@@ -194,6 +194,56 @@ def test_a_broker_that_drops_us_before_any_ack_is_retried_with_backoff():
     op.socks[1].hang_up()
     up.service()
     assert not up.up and up._retry_at == clock.ms
+    ring.close()
+    fwutil.remove(p)
+
+
+def test_a_record_the_broker_refuses_is_not_resent_in_a_reconnect_storm():
+    # Mosquitto 2.0 closes the connection on a publish it refuses. Here it refuses record 0
+    # every time, after acknowledging the status message sent ahead of it; records 1 and 2
+    # queue behind it.
+    p, clock, ring, op, up = _setup("up8")
+    for i in range(3):
+        ring.put(*_rec(i))
+    up.status(b'{"event":"boot"}')
+    delays = []
+    for n in range(REFUSED_AFTER):
+        up.service()
+        assert up.up and len(op.socks) == n + 1
+        sent = [x[3] for x in _packets(op.socks[n].tx) if x[0] == 0x30]
+        assert record_pid(0, 0) in sent                    # resent each time until given up
+        if n == 0:
+            op.socks[n].feed(_puback(sent[0]))             # the status message got through
+        op.socks[n].hang_up()
+        up.service()
+        assert not up.up
+        delays.append(up._retry_at - clock.ms)
+        clock.ms = up._retry_at
+    # A status PUBACK does not make a connection healthy while records wait: the delay grows.
+    assert delays == [250, 500, 1000, 2000]
+    assert up.refused == 1 and ring.tail == 1 and ring.pending == 2
+    up.service()                                           # the next connection starts at record 1
+    pubs = [x for x in _packets(op.socks[-1].tx) if x[0] == 0x30]
+    assert record_pid(0, 0) not in [x[3] for x in pubs] and record_pid(1, 0) in [x[3] for x in pubs]
+    op.socks[-1].feed(b"".join(_puback(record_pid(o, k)) for o in (1, 2) for k in (0, 1)))
+    up.service()
+    assert ring.pending == 0 and up.refused == 1
+    ring.close()
+    fwutil.remove(p)
+
+
+def test_connections_lost_on_different_records_give_nothing_up():
+    p, clock, ring, op, up = _setup("up9")
+    for i in range(REFUSED_AFTER + 1):
+        ring.put(*_rec(i))
+    for n in range(REFUSED_AFTER + 1):
+        up.service()
+        op.socks[n].feed(_puback(record_pid(n, 0)) + _puback(record_pid(n, 1)))   # one record per connection
+        up.service()
+        op.socks[n].hang_up()
+        up.service()
+        clock.ms = up._retry_at
+    assert up.refused == 0 and ring.pending == 0
     ring.close()
     fwutil.remove(p)
 

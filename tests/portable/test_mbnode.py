@@ -6,6 +6,8 @@ from shared_protocol import __version__
 from shared_protocol.fixedpoint import Affine
 from shared_protocol.mechanism import Column, RecordMechanism
 from shared_protocol.rng import XorShift32
+from shared_protocol.ledgerfile import microbit_fresh
+from shared_protocol.framing import frame
 
 sys.path.insert(0, "firmware")
 import mbnode  # noqa: E402
@@ -109,14 +111,20 @@ def _frames(data):
     return b"".join([ln + b"\n" for ln in bytes(data).split(b"\n") if ln.startswith(b"~")])
 
 
-def _folder(name):
-    """A fresh, empty folder for the node's files (its flash); the prefix ``d``."""
+def _folder(name, provisioned=True):
+    """A fresh folder for the node's files (its flash), the prefix ``d``: with a fresh
+    ledger as provisioning writes it, unless ``provisioned`` is False (empty)."""
     d = scratch(name)
     try:
         os.mkdir(d)
     except OSError:
         for n in os.listdir(d):
             os.remove(d + "/" + n)
+    if provisioned:
+        for n in ("la", "lb"):
+            f = open(d + "/" + n, "wb")
+            f.write(microbit_fresh())
+            f.close()
     return d + "/"
 
 
@@ -248,22 +256,101 @@ def test_a_reset_keeps_unacknowledged_records_and_the_ledger():
     assert _events(second.out, b"done")[0][:2] == [10, 1]
     assert _events(second.out, b"idle") == [[1, 3, 0]]
     assert _kept(d) == []
-    # provisioned again with another window length: a fresh ledger
-    assert mbstate.ledger(d, 1, (1, 1), (4, 1), 500)[:3] == (0, 0, 0)
+    # another window length than the ledger was kept under (config.txt changed without
+    # provisioning): nothing is released until the board is provisioned again
+    assert mbstate.ledger(d, 1, (1, 1), (4, 1), 500) == (0, 0, 0, 1, 1, -1)
+
+
+def _ledger(d, c, st):
+    """A ledger file as mbutil.emit writes it before a record (test_a_reset_keeps_... checks
+    that mbstate reads the node's own files back)."""
+    f = open(d + ("la" if c & 1 else "lb"), "wb")
+    f.write(frame(bytes("%d %d %d %d %d" % ((c,) + st), "ascii")))
+    f.close()
 
 
 def test_the_ledger_survives_a_torn_write():
     d = _folder("mb-ledger")
-    mbio.ledger(d, 1, (5, 3, 10, 600))
-    mbio.ledger(d, 2, (6, 4, 10, 600))
+    _ledger(d, 1, (5, 3, 10, 600))
+    _ledger(d, 2, (6, 4, 10, 600))
     # 2 columns at 1/10, cap 6/10 -> unit 10, a record 2, the cap 6
     assert mbstate.ledger(d, 2, (1, 10), (6, 10), 600) == (2, 6, 4, 10, 2, 6)
     f = open(d + "lb", "w")       # counter 2 lives in lb; a reset cut its rewrite short
-    f.write("3 7 6 10 6")
+    f.write("~3320")
     f.close()
-    assert mbstate.ledger(d, 2, (1, 10), (6, 10), 600)[:3] == (1, 5, 3)
-    os.remove(d + "la")
-    assert mbstate.ledger(d, 2, (1, 10), (6, 10), 600)[:3] == (0, 0, 0)
+    # la (counter 1: 5 readings, 3 spent) plus the lost record: 6 readings, 5 spent; the
+    # counter stays 1, so the next write replaces lb, the lost file
+    assert mbstate.ledger(d, 2, (1, 10), (6, 10), 600) == (1, 6, 5, 10, 2, 6)
+    os.remove(d + "lb")           # a reset between the delete and the write
+    assert mbstate.ledger(d, 2, (1, 10), (6, 10), 600) == (1, 6, 5, 10, 2, 6)
+    os.remove(d + "la")           # neither: nothing is released
+    assert mbstate.ledger(d, 2, (1, 10), (6, 10), 600) == (0, 0, 0, 10, 2, -1)
+
+
+def _flip(path, i):
+    f = open(path, "rb")
+    data = bytearray(f.read())
+    f.close()
+    data[i] ^= 1
+    f = open(path, "wb")
+    f.write(data)
+    f.close()
+
+
+def test_one_damaged_byte_anywhere_never_gives_budget_back():
+    # Window of 1000 readings, cap 4, a record 1: 2 released (counter 2 in lb, 1 in la).
+    # Each byte of each file flipped in turn: the other file plus the lost record, so at
+    # least the 2 spent (3 when the older file was the damaged one), never less.
+    d = _folder("mb-flip")
+    _ledger(d, 1, (1, 1, 1, 1000))
+    _ledger(d, 2, (2, 2, 1, 1000))
+    good = {}
+    for n in ("la", "lb"):
+        f = open(d + n, "rb")
+        good[n] = f.read()
+        f.close()
+    for n in ("la", "lb"):
+        for i in range(len(good[n])):
+            _flip(d + n, i)
+            c, reads, spent, un, row, cp = mbstate.ledger(d, 1, (1, 1), (4, 1), 1000)
+            assert (un, row, cp) == (1, 1, 4) and spent >= 2 and reads >= 2, (n, i, spent)
+            f = open(d + n, "wb")
+            f.write(good[n])
+            f.close()
+
+
+def test_a_lost_file_after_a_full_window_stops_releases():
+    # Windows of 8 readings, cap 2, a record 1. la: counter 1, 3 readings seen, 2 spent
+    # (window 0 full); lb (counter 2) lost: it was window 1's first reading, which the node
+    # reaches only after the rest of window 0: nothing is released (ledger.py keeps a debt).
+    d = _folder("mb-next")
+    _ledger(d, 1, (3, 2, 1, 8))
+    os.remove(d + "lb")
+    assert mbstate.ledger(d, 1, (1, 1), (2, 1), 8) == (0, 0, 0, 1, 1, -1)
+    # at the window's last reading the lost record was the next window's first: charged there
+    _ledger(d, 1, (8, 2, 1, 8))
+    assert mbstate.ledger(d, 1, (1, 1), (2, 1), 8) == (1, 9, 1, 1, 1, 2)
+
+
+def test_a_missing_or_damaged_ledger_releases_nothing():
+    rows = [[i] for i in range(20)]
+    col = [(1, 1, 0, -100, 100, 20)]
+    for case in ("missing", "both damaged", "another config"):
+        d = _folder("mb-closed", provisioned=case != "missing")
+        if case == "both damaged":
+            _flip(d + "la", 5)
+            _flip(d + "lb", 9)
+        elif case == "another config":
+            _ledger(d, 1, (1, 1, 2, 10))      # kept under unit 2
+        led = mbstate.ledger(d, 1, (1, 1), (4, 1), 10)
+        assert led[5] == -1, case
+        uart = FakeUart(rows)
+        mbnode.run(7, 0, col, (1, 1), [0], 10, (4, 1), (0, 0), led, XorShift32(5), uart, d)
+        assert uart.records == [] and _kept(d) == [], case
+        # the boot event carries the cap -1; one #cap event per window, nothing released
+        assert _events(uart.out, b"boot")[0][4] == -1
+        assert [e[2] for e in _events(uart.out, b"cap")] == [-1, -1], case
+        assert _events(uart.out, b"done")[0][:2] == [20, 0]
 
 
 def test_acknowledgements_that_match_nothing_are_ignored():

@@ -19,6 +19,7 @@ from shared_protocol.fixedpoint import Affine
 from shared_protocol.framing import MAX_PAYLOAD, frame
 from shared_protocol.noise import DiscreteLaplace, scale_for
 from shared_protocol.rng import XorShift32
+from shared_protocol.ledgerfile import microbit_fresh
 
 sys.path.insert(0, "firmware")
 from ledger import Ledger  # noqa: E402
@@ -32,12 +33,17 @@ import mbutil  # noqa: E402
 
 
 def _folder(name):
+    """A fresh folder for the node's files, with a fresh ledger as provisioning writes it."""
     d = scratch(name)
     try:
         os.mkdir(d)
     except OSError:
         for n in os.listdir(d):
             os.remove(d + "/" + n)
+    for n in ("la", "lb"):
+        f = open(d + "/" + n, "wb")
+        f.write(microbit_fresh())
+        f.close()
     return d + "/"
 
 
@@ -134,7 +140,7 @@ def test_scaling_in_emit_is_affine_apply_on_every_class():
     for r in RAWS:
         ln = bytearray(bytes(",".join([str(r)] * m), "ascii"))
         mbutil.emit(XorShift32(1), cols, [_Zero()] * m, [0] * m, ln, len(ln), rb, cb,
-                    7, 1, 0, 0, d)
+                    7, 1, 0, 0, d, (1, 1, 1, 1, 600))
         for n in os.listdir(d):
             os.remove(d + n)
         assert list(wire.decode_reading(bytes(rb))[5]) == [_clamp_i32(f.apply(r)) for f in maps], r

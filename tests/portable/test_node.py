@@ -67,3 +67,12 @@ def test_step_returns_none_when_the_sensor_has_no_reading():
     assert node.step() == 0
     assert node.step() is None
     assert len(sent) == 2 and node.seq == 1
+
+
+def test_the_sequence_number_wraps_to_0_within_the_boot():
+    sent = []
+    node = _node([(1, 2), (3, 4), (5, 6)], sent)
+    node.seq = 0xFFFFFFFE
+    assert [node.step(), node.step(), node.step()] == [0xFFFFFFFE, 0xFFFFFFFF, 0]
+    got = [wire.decode_reading(sent[i][1])[1:3] for i in (0, 2, 4)]
+    assert got == [(9, 0xFFFFFFFE), (9, 0xFFFFFFFF), (9, 0)]
