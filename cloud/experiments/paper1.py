@@ -574,7 +574,7 @@ def plot(cfg: Paper1Config, rows: Sequence[Row], path: str) -> None:
     for j, eps in enumerate(cfg.epsilons):
         for i, metric in enumerate(("recall", "subset")):
             ax = axes[i][j]
-            for m in METHODS:
+            for k, m in enumerate(METHODS):
                 if m == "global" and metric == "subset":
                     continue            # about 100 %: it would squash the other lines
                 st = [s[(sep, eps, m)][metric] for sep in seps]
@@ -584,7 +584,8 @@ def plot(cfg: Paper1Config, rows: Sequence[Row], path: str) -> None:
                 # hollow so that both stay visible.
                 style = {"linestyle": "--", "marker": "s", "markerfacecolor": "none", "markersize": 9} \
                     if m == "secure" else {"marker": "o"}
-                ax.errorbar(seps, mean, yerr=err, capsize=3, label=label(cfg, m), **style)
+                # One colour per method in both rows, whichever lines a panel leaves out.
+                ax.errorbar(seps, mean, yerr=err, capsize=3, label=label(cfg, m), color="C%d" % k, **style)
             if metric == "subset":
                 ax.axhline(11, color="grey", linestyle=":", linewidth=1)
             ax.set_title("ε = %g" % eps)

@@ -218,3 +218,20 @@ def test_recall_against_o_is_undefined_when_dbscan_finds_no_raw_outliers():
     assert all(r.n_o == 0 and math.isnan(r.recall_o) for r in rows)
     assert any(line.startswith("| 220 | 0.5 | mode bands |") and line.endswith("| - |")
                for line in markdown(cfg, rows).splitlines())
+
+
+def test_docs_paper1_shows_every_mode_and_its_figure():
+    # docs/paper1.md carries the full run's results.md: every mode in the target table and the
+    # main table, bands and secure meeting every target, every circuit check equal to the
+    # predicate, and the run's figure next to it.
+    docs = pathlib.Path(__file__).resolve().parents[2] / "docs"
+    text = (docs / "paper1.md").read_text(encoding="utf-8")
+    targets = [line for line in text.splitlines() if line.startswith(("| bands", "| secure", "| paper |"))]
+    for mode in ("bands (headline)", "secure"):
+        cells = [line for line in targets if line.startswith("| %s |" % mode)]
+        assert len(cells) == 6 and all("| yes |" in line for line in cells)
+    for method in paper1.METHODS:
+        assert text.count("| %s |" % paper1.label(Paper1Config(), method)) == 12
+    diagnostics = [line for line in text.splitlines() if line.count("|") == 14 and line[2].isdigit()]
+    assert len(diagnostics) == 12 and all(line.split("|")[12].strip() == "1/1" for line in diagnostics)
+    assert "](paper1.png)" in text and (docs / "paper1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
