@@ -32,7 +32,13 @@ does, and scores these methods against two ground truths: the constructed outlie
   layers, no round when O' is near the expected share);
 * ``bands``: mode bands. It runs in every window: O' near the expected share is no sign
   that O' is right (separation 50, epsilon 0.5: O' holds 10.4 % of the rows and 38 % of
-  the outliers), and the bands rule needs no such guard (cloud/correction/bands.py).
+  the outliers), and the bands rule needs no such guard (cloud/correction/bands.py);
+* ``secure``: mode secure, R = the plaintext predicate of cloud/correction/secure.py
+  (``candidates``), which tests/cloud/test_secure_correction.py shows the garbled circuit
+  computes exactly. A 100,000-row round costs seconds, so the real two-party protocol
+  (``run_secure``, both parties in this process) runs on the windows of the first
+  ``circuit_checks`` seeds of each (separation, epsilon), run 0, and its R must equal
+  the predicate's (``Row.circuit_matched``; :func:`main` exits 1 otherwise).
 """
 from __future__ import annotations
 
@@ -50,13 +56,15 @@ from sklearn.neighbors import KDTree
 
 from dpsense.cloud.correction.bands import run_bands, width_from_history
 from dpsense.cloud.correction.rules import CorrectionParams, needs_round, normal_radius, run_protocol
+from dpsense.cloud.correction.secure import candidates as secure_candidates
+from dpsense.cloud.correction.secure import run_secure
 from dpsense.cloud.datasets import SENSITIVITY_METHODS, SHAPES, paper1_synthetic, relaxed_sensitivity
 from dpsense.cloud.experiments.noise import discrete_laplace
 from dpsense.cloud.outliers.dbscan import DBSCANOutliers, check_n_jobs, counts_within
 
-METHODS = ("raw", "global", "relaxed", "reconstruction", "paper", "bands")
-CORRECTING = ("reconstruction", "paper", "bands")
-MODES = ("paper", "bands")
+METHODS = ("raw", "global", "relaxed", "reconstruction", "paper", "bands", "secure")
+CORRECTING = ("reconstruction", "paper", "bands", "secure")
+MODES = ("paper", "bands", "secure")
 METHOD_LABELS = {
     "raw": "DBSCAN on raw data (upper bound)",
     "global": "uniform LDP, global sensitivity",
@@ -64,6 +72,7 @@ METHOD_LABELS = {
     "reconstruction": "2017 reconstruction",
     "paper": "mode paper, never-worse rule",
     "bands": "mode bands",
+    "secure": "mode secure (predicate, circuit-checked)",
 }
 #: (recall at least, subset at most, recall never below O') per epsilon: issue 13's targets,
 #: checked at separations 220 and 400 on every seed.
@@ -99,6 +108,7 @@ class Paper1Config:
     outlier_percent: float = 10.0
     quantum: float = 0.01
     n_jobs: int = -1
+    circuit_checks: int = 1
 
     def __post_init__(self) -> None:
         if not self.separations or any(not math.isfinite(s) or s < 0 for s in self.separations):
@@ -132,6 +142,9 @@ class Paper1Config:
             raise ValueError("quantum must be in (0, 1]")
         if not 0 < self.outlier_percent < 100:
             raise ValueError("outlier_percent must be in (0, 100)")
+        if isinstance(self.circuit_checks, bool) or not isinstance(self.circuit_checks, int) \
+                or self.circuit_checks < 0:
+            raise ValueError("circuit_checks must be an int >= 0")
         # The protocol parameters validate themselves.
         self.correction(0.0)
         self.never_worse(0.0, 1.0, 2, 1.0)
@@ -174,6 +187,8 @@ class Row:
     skipped: bool | None = None
     split_accepted: bool | None = None
     pinned: float = math.nan
+    circuit_matched: bool | None = None
+    circuit_s: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -270,8 +285,9 @@ def _timed(fn: Callable[[], _T]) -> tuple[_T, float]:
 
 
 def run_window(cfg: Paper1Config, hist: History, x_q: np.ndarray, truth: np.ndarray, o: np.ndarray,
-               separation: float, epsilon: float, seed: int, run: int) -> list[Row]:
-    """Perturb one window twice (relaxed and global sensitivity) and score every method."""
+               separation: float, epsilon: float, seed: int, run: int, circuit: bool = False) -> list[Row]:
+    """Perturb one window twice (relaxed and global sensitivity) and score every method; with
+    ``circuit``, also run mode secure's garbled circuit and compare its R with the predicate's."""
     n, m = x_q.shape
     rng = np.random.default_rng([seed, int(round(separation * 1000)), int(round(epsilon * 1e6)), run])
     scale_q = hist.rs_q / epsilon
@@ -290,13 +306,15 @@ def run_window(cfg: Paper1Config, hist: History, x_q: np.ndarray, truth: np.ndar
     go = needs_round(int(presumed.size), n, cfg.outlier_percent / 100, cfg.skip_margin)
 
     def row(method: str, mask_r: np.ndarray, ms: float = math.nan, skipped: bool | None = None,
-            accepted: bool | None = None, pinned: float = math.nan) -> Row:
+            accepted: bool | None = None, pinned: float = math.nan, matched: bool | None = None,
+            circuit_s: float = math.nan) -> Row:
         rec, prec = _score(mask_r, truth)
         rec_o, prec_o = _score(mask_r, o)
         return Row(separation=separation, epsilon=epsilon, seed=seed, run=run, method=method, recall=rec,
                    subset=int(np.count_nonzero(mask_r)) / n, precision=prec, recall_o=rec_o, precision_o=prec_o,
                    n_outliers=int(truth.sum()), n_o=int(o.sum()), n_presumed=int(presumed.size), jaccard=jac,
-                   correction_ms=ms, skipped=skipped, split_accepted=accepted, pinned=pinned)
+                   correction_ms=ms, skipped=skipped, split_accepted=accepted, pinned=pinned,
+                   circuit_matched=matched, circuit_s=circuit_s)
 
     rows = [row("raw", o), row("global", o_glob), row("relaxed", _mask(n, presumed))]
     rec, ms = _timed(lambda: run_protocol(d_diff, dist_mean, presumed, cfg.correction(hist.w_o_q)))
@@ -309,6 +327,14 @@ def run_window(cfg: Paper1Config, hist: History, x_q: np.ndarray, truth: np.ndar
         rows.append(row("paper", _mask(n, presumed), math.nan, True))
     bands, ms = _timed(lambda: run_bands(d_diff, dist, hist.band_width_q, hist.normal_radius_q))
     rows.append(row("bands", _mask(n, bands.r), ms, False, pinned=_pinned(bands.lower, d_diff, hist, truth)))
+    sec, ms = _timed(lambda: secure_candidates(d_diff, dist, hist.normal_radius_q))
+    matched, circuit_s = None, math.nan
+    if circuit:
+        t0 = time.perf_counter()
+        got = run_secure(d_diff, dist, hist.normal_radius_q)
+        circuit_s = time.perf_counter() - t0
+        matched = bool(np.array_equal(got.r, sec))
+    rows.append(row("secure", _mask(n, sec), ms, False, matched=matched, circuit_s=circuit_s))
     return rows
 
 
@@ -346,15 +372,20 @@ def run_paper1(cfg: Paper1Config, progress: Callable[[str], None] | None = None,
             for eps in cfg.epsilons:
                 for run in range(cfg.runs):
                     t0 = time.perf_counter()
-                    got = run_window(cfg, hist, x_q, data.outlier, o, sep, eps, seed, run)
+                    circuit = run == 0 and seed in cfg.seeds[:cfg.circuit_checks]
+                    got = run_window(cfg, hist, x_q, data.outlier, o, sep, eps, seed, run, circuit)
                     rows.extend(got)
                     by = {r.method: r for r in got}
+                    sec = by["secure"]
                     say("  eps %g run %d: |O'| = %d; recall/subset %%: O' %.1f/%.1f, paper %.1f/%.1f, "
-                        "bands %.1f/%.1f%s (%.1f s)"
+                        "bands %.1f/%.1f, secure %.1f/%.1f%s%s (%.1f s)"
                         % (eps, run + 1, by["relaxed"].n_presumed, 100 * by["relaxed"].recall,
                            100 * by["relaxed"].subset, 100 * by["paper"].recall, 100 * by["paper"].subset,
-                           100 * by["bands"].recall, 100 * by["bands"].subset,
-                           ", paper: no round" if by["paper"].skipped else "", time.perf_counter() - t0))
+                           100 * by["bands"].recall, 100 * by["bands"].subset, 100 * sec.recall,
+                           100 * sec.subset, ", paper: no round" if by["paper"].skipped else "",
+                           "" if sec.circuit_matched is None else ", garbled circuit %s the predicate (%.1f s)"
+                           % ("matched" if sec.circuit_matched else "DID NOT MATCH", sec.circuit_s),
+                           time.perf_counter() - t0))
     return rows
 
 
@@ -369,7 +400,7 @@ def _stat(values: Sequence[float]) -> Stat:
 
 
 METRICS = ("recall", "subset", "precision", "recall_o", "precision_o", "correction_ms", "n_presumed", "jaccard",
-           "pinned")
+           "pinned", "circuit_s")
 
 
 def summarise(rows: Sequence[Row]) -> dict[tuple[float, float, str], dict[str, Stat]]:
@@ -382,7 +413,14 @@ def summarise(rows: Sequence[Row]) -> dict[tuple[float, float, str], dict[str, S
         out[key] = {m: _stat([float(getattr(r, m)) for r in rs]) for m in METRICS}
         out[key]["skipped"] = (float(sum(bool(r.skipped) for r in rs)), float(len(rs)), 0.0, 0.0)
         out[key]["accepted"] = (float(sum(bool(r.split_accepted) for r in rs)), float(len(rs)), 0.0, 0.0)
+        out[key]["circuit"] = (float(sum(r.circuit_matched is True for r in rs)),
+                               float(sum(r.circuit_matched is not None for r in rs)), 0.0, 0.0)
     return out
+
+
+def circuit_mismatches(rows: Sequence[Row]) -> list[Row]:
+    """The mode-secure rows whose garbled circuit gave another R than the predicate."""
+    return [r for r in rows if r.circuit_matched is False]
 
 
 def target_check(cfg: Paper1Config, rows: Sequence[Row], method: str) -> list[tuple[float, float, bool, str]]:
@@ -433,7 +471,8 @@ def markdown(cfg: Paper1Config, rows: Sequence[Row], elapsed_s: float | None = N
     lines.append("n = %d, separations %s, epsilon %s (per column), seeds %s x %d noise run(s), generator `%s`, "
                  "DBSCAN eps %g with min_samples %s, relaxed sensitivity `%s`, headline mode `%s`; "
                  "reconstruction: split `%s`%s, bound %s; never-worse: alpha %g, skip margin %g; "
-                 "band width %s; quantum %g."
+                 "band width %s; quantum %g; mode secure's garbled circuit run on %d window(s) per "
+                 "separation and ε."
                  % (cfg.n, ", ".join("%g" % v for v in cfg.separations), ", ".join("%g" % v for v in cfg.epsilons),
                     ",".join(str(v) for v in cfg.seeds), cfg.runs, cfg.shape, cfg.dbscan_eps,
                     cfg.dbscan_min_samples if cfg.dbscan_min_samples is not None
@@ -442,14 +481,14 @@ def markdown(cfg: Paper1Config, rows: Sequence[Row], elapsed_s: float | None = N
                     " with guard (kappa_sep = %g, kappa_gap = %g)" % (cfg.kappa_sep, cfg.kappa_gap)
                     if cfg.guard else " without guard", cfg.bound, cfg.alpha, cfg.skip_margin,
                     "%g units" % cfg.band_width if cfg.band_width is not None else "from history",
-                    cfg.quantum))
+                    cfg.quantum, min(cfg.circuit_checks, len(cfg.seeds))))
     if elapsed_s is not None:
         lines.append("Run time %.0f s." % elapsed_s)
     lines += ["", "## Targets (issue 13) at separations 220 and 400, every seed", "",
               "ε 0.1: recall ≥ 95 % at subset ≤ 11 %; ε 0.5 and 1: recall ≥ 99.5 % at subset ≤ 11 % and "
               "never below O' (recall against the constructed outliers).", "",
               "| mode | separation | ε | met | where not |", "|---|---:|---:|---|---|"]
-    for method in ("bands", "paper"):
+    for method in ("bands", "secure", "paper"):
         for sep, eps, ok, detail in target_check(cfg, rows, method):
             lines.append("| %s%s | %g | %g | %s | %s |" % (method, " (headline)" if method == cfg.mode else "",
                                                           sep, eps, "yes" if ok else "no",
@@ -458,6 +497,10 @@ def markdown(cfg: Paper1Config, rows: Sequence[Row], elapsed_s: float | None = N
               "Recall = |R ∩ T| / |T| (the paper's \"accuracy\"), subset = |R| / n, precision = |R ∩ T| / |R|, "
               "in percent, mean (min-max) over seeds and runs; T = the constructed outliers (the headline "
               "ground truth). The last column is the recall against O = DBSCAN on the raw data.", "",
+              "Mode secure's rows are its plaintext predicate (cloud/correction/secure.py, `candidates`), which "
+              "tests/cloud/test_secure_correction.py shows the garbled circuit computes exactly; the last "
+              "columns of the diagnostics say on how many windows this run also ran the circuit and whether "
+              "its R was the predicate's.", "",
               "| separation | ε | method | recall % | subset % | precision % | recall vs O % |",
               "|---:|---:|---|---:|---:|---:|---:|"]
     for sep in cfg.separations:
@@ -494,18 +537,22 @@ def markdown(cfg: Paper1Config, rows: Sequence[Row], elapsed_s: float | None = N
               "paper), the median in-process time of each correction per window in ms (rounds that ran), and, "
               "in mode bands, the share of normal rows for which the correction server's interval for the "
               "raw distance lies inside [0, rho] on one side (a lower bound above 0 or an upper bound below "
-              "rho; docs/privacy.md).", "",
+              "rho; docs/privacy.md); for mode secure the time of its plaintext predicate, then the windows "
+              "on which the two-party garbled circuit (`run_secure`, both parties in this process) gave "
+              "the predicate's R, of those on which it ran, and its mean time in s.", "",
               "| separation | ε | Jaccard | abs(O') | no round | split: reconstruction / paper | ms: reconstruction "
-              "| ms: paper | ms: bands | bands: normal rows bounded % |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| ms: paper | ms: bands | bands: normal rows bounded % | ms: secure predicate "
+              "| secure circuit = predicate | circuit s |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for sep in cfg.separations:
         for eps in cfg.epsilons:
-            rec, pap, ban = (s[(sep, eps, m)] for m in CORRECTING)
+            rec, pap, ban, sec = (s[(sep, eps, m)] for m in CORRECTING)
             runs_n = int(rec["accepted"][1])
-            lines.append("| %g | %g | %.3f | %.0f | %d/%d | %d/%d / %d/%d | %.2f | %s | %s | %s |" % (
+            lines.append("| %g | %g | %.3f | %.0f | %d/%d | %d/%d / %d/%d | %.2f | %s | %s | %s | %s | %d/%d | %s |" % (
                 sep, eps, rec["jaccard"][0], rec["n_presumed"][0], int(pap["skipped"][0]), runs_n,
                 int(rec["accepted"][0]), runs_n, int(pap["accepted"][0]), runs_n, rec["correction_ms"][0],
-                _ms(pap), _ms(ban), _pct(ban["pinned"])))
+                _ms(pap), _ms(ban), _pct(ban["pinned"]), _ms(sec), int(sec["circuit"][0]), int(sec["circuit"][1]),
+                "-" if math.isnan(sec["circuit_s"][0]) else "%.1f" % sec["circuit_s"][0]))
     return "\n".join(lines) + "\n"
 
 
@@ -527,13 +574,18 @@ def plot(cfg: Paper1Config, rows: Sequence[Row], path: str) -> None:
     for j, eps in enumerate(cfg.epsilons):
         for i, metric in enumerate(("recall", "subset")):
             ax = axes[i][j]
-            for m in METHODS:
+            for k, m in enumerate(METHODS):
                 if m == "global" and metric == "subset":
                     continue            # about 100 %: it would squash the other lines
                 st = [s[(sep, eps, m)][metric] for sep in seps]
                 mean = np.array([100 * v[0] for v in st])
                 err = np.array([[100 * (v[0] - v[2]) for v in st], [100 * (v[3] - v[0]) for v in st]])
-                ax.errorbar(seps, mean, yerr=err, marker="o", capsize=3, label=label(cfg, m))
+                # Mode secure lies on mode bands wherever both return the outliers: dashed and
+                # hollow so that both stay visible.
+                style = {"linestyle": "--", "marker": "s", "markerfacecolor": "none", "markersize": 9} \
+                    if m == "secure" else {"marker": "o"}
+                # One colour per method in both rows, whichever lines a panel leaves out.
+                ax.errorbar(seps, mean, yerr=err, capsize=3, label=label(cfg, m), color="C%d" % k, **style)
             if metric == "subset":
                 ax.axhline(11, color="grey", linestyle=":", linewidth=1)
             ax.set_title("ε = %g" % eps)
@@ -580,9 +632,19 @@ def main(cfg: Paper1Config, out_dir: str) -> int:
         say("wrote %s" % path)
     for sep, eps, ok, detail in target_check(cfg, rows, cfg.mode):
         say("target, mode %s, separation %g, eps %g: %s" % (cfg.mode, sep, eps, "met" if ok else "NOT met: " + detail))
+    checked = [r for r in rows if r.circuit_matched is not None]
+    bad = circuit_mismatches(rows)
+    say("mode secure: the garbled circuit gave the predicate's R on %d of %d windows"
+        % (len(checked) - len(bad), len(checked)))
     say("done in %.0f s" % elapsed)
+    if bad:
+        # The secure rows are the predicate's; a circuit that disagrees makes them invalid.
+        print("paper1: mode secure: the garbled circuit disagreed with its predicate at %s; its rows are not "
+              "valid" % ", ".join("separation %g eps %g seed %d" % (r.separation, r.epsilon, r.seed) for r in bad),
+              file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
-__all__ = ["METHODS", "History", "Paper1Config", "Row", "calibrate_min_samples", "label", "main", "markdown",
-           "reference", "run_paper1", "run_window", "summarise", "target_check", "write_outputs"]
+__all__ = ["METHODS", "History", "Paper1Config", "Row", "calibrate_min_samples", "circuit_mismatches", "label",
+           "main", "markdown", "reference", "run_paper1", "run_window", "summarise", "target_check", "write_outputs"]

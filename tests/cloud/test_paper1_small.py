@@ -2,8 +2,10 @@
 and the noise sampler.
 
 n = 20,000 and two seeds; DBSCAN's min_samples is calibrated per separation on the
-reference, as in the full run.
+reference, as in the full run. Mode secure's garbled circuit runs only in the tests that
+check it (about 0.5 s per 3,000-row window), not in the shared fixture.
 """
+import csv
 import math
 import pathlib
 
@@ -13,6 +15,7 @@ from scipy import stats
 
 from dpsense.cloud import cli
 from dpsense.cloud.experiments.noise import discrete_laplace, discrete_laplace_pmf
+from dpsense.cloud.experiments import paper1
 from dpsense.cloud.experiments.paper1 import Paper1Config, markdown, run_paper1, summarise, target_check
 
 SEPS = (220.0, 400.0)
@@ -21,7 +24,7 @@ EPS = (0.1, 0.5, 1.0)
 
 @pytest.fixture(scope="module")
 def summary():
-    cfg = Paper1Config(n=20_000, seeds=(1, 2), separations=SEPS, epsilons=EPS)
+    cfg = Paper1Config(n=20_000, seeds=(1, 2), separations=SEPS, epsilons=EPS, circuit_checks=0)
     history = {}
     rows = run_paper1(cfg, history=history)
     s = summarise(rows)
@@ -55,6 +58,16 @@ def test_mode_bands_meets_the_targets_on_every_seed(summary):
     assert all(ok for _, _, ok, _ in target_check(summary.cfg, summary.rows, "bands"))
 
 
+def test_mode_secure_meets_the_targets_and_adds_no_normal_row(summary):
+    # Its predicate is mode bands' at a band width of one quantum: no row within rho is a
+    # candidate, and here every normal row lies within rho, so precision is 100 %.
+    assert all(ok for _, _, ok, _ in target_check(summary.cfg, summary.rows, "secure"))
+    relaxed = _windows(summary.rows, "relaxed")
+    for key, r in _windows(summary.rows, "secure").items():
+        assert r.precision == 1.0 and r.recall >= relaxed[key].recall
+        assert r.circuit_matched is None            # the fixture runs no circuit
+
+
 def test_mode_paper_is_never_worse_than_o_prime(summary):
     # Recall may drop only by the noise split's removals (expected share <= alpha =
     # 0.005); additions are abnormal rows, so precision does not fall either.
@@ -81,9 +94,12 @@ def test_global_sensitivity_baseline_is_much_worse(summary):
 def test_markdown_has_one_row_per_setting_and_method(summary):
     text = markdown(summary.cfg, summary.rows, elapsed_s=1.0, history=summary.history)
     table = [line for line in text.splitlines() if line.startswith("| 220 | 0.1 |")]
-    assert len(table) == 6 + 1          # six methods + the diagnostics row
+    assert len(table) == 7 + 1          # seven methods + the diagnostics row
     assert "mode bands" in text and "mode paper, never-worse rule" in text and "2017 reconstruction" in text
-    assert "| bands (headline) | 220 | 0.1 | yes |" in text
+    assert "mode secure (predicate, circuit-checked)" in text
+    assert "| bands (headline) | 220 | 0.1 | yes |" in text and "| secure | 220 | 0.1 | yes |" in text
+    # No circuit ran: the diagnostics say 0 of 0 windows, not that it matched.
+    assert table[-1].endswith("| 0/0 | - |")
 
 
 def test_cli_writes_the_outputs(tmp_path, capsys):
@@ -93,16 +109,43 @@ def test_cli_writes_the_outputs(tmp_path, capsys):
     assert rc == 0
     assert {p.name for p in out.iterdir()} == {"results.md", "runs.csv", "paper1.png"}
     assert (out / "paper1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "| 400 | 0.5 | mode bands |" in (out / "results.md").read_text()
-    assert len((out / "runs.csv").read_text().splitlines()) == 1 + 2 * 6
+    text = (out / "results.md").read_text()
+    assert "| 400 | 0.5 | mode bands |" in text and "| 400 | 0.5 | mode secure (predicate, circuit-checked) |" in text
+    with open(out / "runs.csv", newline="") as f:
+        runs = list(csv.DictReader(f))
+    assert len(runs) == 2 * 7
+    # The circuit ran on seed 1's window (the default: one seed per setting) and matched.
+    secure = {r["seed"]: r["circuit_matched"] for r in runs if r["method"] == "secure"}
+    assert secure == {"1": "True", "2": ""}
+    assert "| 1/1 |" in text.splitlines()[-1]
     err = capsys.readouterr().err
     assert "paper1: separation 400" in err and "target, mode bands, separation 400, eps 0.5: met" in err
+    assert "mode secure: the garbled circuit gave the predicate's R on 1 of 1 windows" in err
+
+
+def test_a_circuit_that_disagrees_with_the_predicate_fails_the_run(tmp_path, monkeypatch, capsys):
+    real = paper1.run_secure
+
+    def off_by_one_row(d_diff, dist, rho):
+        got = real(d_diff, dist, rho)
+        flipped = np.zeros(len(dist), dtype=bool)
+        flipped[got.r] = True
+        flipped[0] = not flipped[0]
+        return type(got)(r=np.flatnonzero(flipped), to_cs=got.to_cs, to_analyst=got.to_analyst)
+
+    monkeypatch.setattr(paper1, "run_secure", off_by_one_row)
+    cfg = Paper1Config(n=3000, seeds=(1,), separations=(400.0,), epsilons=(0.5,), mode="secure")
+    assert paper1.main(cfg, str(tmp_path)) == 1
+    assert "the garbled circuit disagreed with its predicate at separation 400 eps 0.5 seed 1" \
+        in capsys.readouterr().err
+    assert "| 0/1 |" in (tmp_path / "results.md").read_text().splitlines()[-1]
 
 
 @pytest.mark.parametrize("argv", [["--epsilons", "0"], ["--epsilons", "a,b"], ["--runs", "0"],
                                   ["--split", "median"], ["--kappa-sep", "-1"], ["--seeds", "1,1"],
-                                  ["--seeds", "1.5"], ["--mode", "secure"], ["--band-width", "0"],
-                                  ["--alpha", "1"], ["--sensitivity", "mad"]])
+                                  ["--seeds", "1.5"], ["--mode", "oracle"], ["--band-width", "0"],
+                                  ["--alpha", "1"], ["--sensitivity", "mad"], ["--circuit-checks", "-1"],
+                                  ["--circuit-checks", "x"]])
 def test_cli_rejects_bad_arguments(argv, tmp_path):
     try:
         rc = cli.main(["experiment", "paper1", "--out", str(tmp_path)] + argv)
@@ -119,6 +162,10 @@ def test_config_validation():
         Paper1Config(bound="R9")
     with pytest.raises(ValueError):
         Paper1Config(split="noise")
+    with pytest.raises(ValueError):
+        Paper1Config(circuit_checks=-1)
+    with pytest.raises(ValueError):
+        Paper1Config(mode="oracle")
 
 
 @pytest.mark.parametrize("scale", [0.7, 2.5, 40.0])
@@ -171,3 +218,20 @@ def test_recall_against_o_is_undefined_when_dbscan_finds_no_raw_outliers():
     assert all(r.n_o == 0 and math.isnan(r.recall_o) for r in rows)
     assert any(line.startswith("| 220 | 0.5 | mode bands |") and line.endswith("| - |")
                for line in markdown(cfg, rows).splitlines())
+
+
+def test_docs_paper1_shows_every_mode_and_its_figure():
+    # docs/paper1.md carries the full run's results.md: every mode in the target table and the
+    # main table, bands and secure meeting every target, every circuit check equal to the
+    # predicate, and the run's figure next to it.
+    docs = pathlib.Path(__file__).resolve().parents[2] / "docs"
+    text = (docs / "paper1.md").read_text(encoding="utf-8")
+    targets = [line for line in text.splitlines() if line.startswith(("| bands", "| secure", "| paper |"))]
+    for mode in ("bands (headline)", "secure"):
+        cells = [line for line in targets if line.startswith("| %s |" % mode)]
+        assert len(cells) == 6 and all("| yes |" in line for line in cells)
+    for method in paper1.METHODS:
+        assert text.count("| %s |" % paper1.label(Paper1Config(), method)) == 12
+    diagnostics = [line for line in text.splitlines() if line.count("|") == 14 and line[2].isdigit()]
+    assert len(diagnostics) == 12 and all(line.split("|")[12].strip() == "1/1" for line in diagnostics)
+    assert "](paper1.png)" in text and (docs / "paper1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
