@@ -1,0 +1,286 @@
+"""What the correction server answers: honest rounds only, from noisy distance differences.
+
+    policy = RoundPolicy(min_window=100, min_presumed=10)
+    noise = RecordNoise(key, normal_radius=rho, epsilon=Fraction(1))
+    ledger = RoundLedger(data_dir / "correction-rounds.db")
+
+Two mechanisms, both on the correction server CS, protect the records from the analyst A.
+
+1. **Noisy distance differences** (the privacy guarantee). CS never computes an answer from a
+   record's d_diff, only from ``d~ = d_diff + Z`` where Z is discrete Laplace with scale
+   ``Delta_A / epsilon_A``, ``Delta_A = ceil(rho)`` (rho: the normal radius in quanta). Z is
+   a function of a secret key that only CS holds and of the record's token (HMAC-SHA256 of the
+   token under the key, RFC 2104, drives the exact sampler of shared_protocol/noise.py), so a
+   record has one d~ for ever: asking again, in any round or subset, returns functions of the
+   same d~ and cannot average the noise away.
+
+   Guarantee towards A, per record, on top of the released reading: A knows x', so d_diff
+   depends on the raw reading x only through the rounded ``|x - c|``; for two readings within
+   rho of the centre c that differs by at most ``ceil(rho)``. Every answer (d_TP, FP, FN, R,
+   the rows without a record are not derived from d_diff) is post-processing of the window's d~,
+   so A's view after any number of rounds is ``epsilon_A``-DP for each reading within the normal
+   ball, ``epsilon_A * ceil(R_dom) / ceil(rho)``-DP between any two readings of the domain
+   (R_dom: the domain's largest distance from c). The whole view of a reading is therefore
+   ``epsilon_row + epsilon_A`` (sequential composition with the released values).
+   tests/statistical/test_round_view.py measures the ratio bound.
+
+   The never-worse rules keep their guarantee up to the noise: the thresholds move by
+   ``t = ceil(b ln(1/alpha))`` (``b`` the noise scale), so a normal reading is added with
+   probability at most alpha per row (``P(Z <= -t) <= exp(-t/b)``), and the noise split
+   removes a row with probability at most ``2 alpha`` per row.
+
+2. **Honest rounds only** (the protocol). One round per window, over the window's whole token
+   set as CS stores it: the opening message names the analyst's window id and the window's
+   tokens; CS refuses (reply ``error`` with a ``code``; each refusal is logged and counted in
+   the ledger that ``dpsense status`` reads)
+
+   * ``no_window``: no window id;
+   * ``small_window``: fewer than ``min_window`` of the tokens have a correction record at CS
+     (a single-token or padded round);
+   * ``small_presumed``: mode paper, fewer than ``min_presumed`` rows of O' have a record;
+   * ``subset``: the window id was answered over another token set;
+   * ``overlap``: a token was already answered in another window (a repeated window, or a
+     subset of one under a new id);
+   * ``repeated``: the same window asked again with other index sets (O', I_L2/I_L3, bands).
+
+   A retry of a window with the same tokens and the same index sets is answered again (the
+   same answer: d~ is fixed), so a lost reply does not block a window. A round whose window
+   still lacks correction records is refused with ``missing`` and pins nothing, unless the
+   analyst marks it ``final`` (its hold time is over); then it is answered over the tokens that
+   have a record. A malicious analyst may still cut fresh tokens into disjoint sets of
+   ``min_window``: that is an honest-looking window, and its answers stay within the bound of 1.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from dpsense.cloud.errors import RoundError, UsageError
+from dpsense.cloud.files import write_private
+from dpsense.protocol.noise import DiscreteLaplace, scale_for
+
+CODES = ("no_window", "small_window", "small_presumed", "subset", "overlap", "repeated", "missing")
+#: Refusals after which the analyst completes the window without a correction (R = O').
+UNCORRECTED = ("small_window", "small_presumed")
+KEY_SIZE = 32
+
+
+class Refused(RoundError):
+    """CS will not answer this round; ``code`` is one of ``CODES``."""
+
+    def __init__(self, code: str, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class RoundPolicy:
+    """The smallest round CS answers: ``min_window`` tokens with a record, of which at least
+    ``min_presumed`` are in O' (mode paper)."""
+
+    min_window: int = 100
+    min_presumed: int = 10
+
+    def __post_init__(self) -> None:
+        for name in ("min_window", "min_presumed"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise UsageError("%s must be an int, got %r" % (name, v))
+        if self.min_window < 2:
+            raise UsageError("the minimum window must be at least 2 tokens, got %d" % self.min_window)
+        if not 1 <= self.min_presumed <= self.min_window:
+            raise UsageError("the minimum presumed set must be in [1, %d], got %d"
+                             % (self.min_window, self.min_presumed))
+
+
+def parse_epsilon(text: str | float | Fraction) -> Fraction:
+    """A positive finite epsilon (``"1"``, ``"0.5"``, ``"1/2"``) as an exact fraction."""
+    try:
+        eps = Fraction(str(text))
+    except (ValueError, ZeroDivisionError):
+        raise UsageError("epsilon must be a number like 1, 0.5 or 1/2, got %r" % (text,)) from None
+    if not 0 < eps <= 100:
+        raise UsageError("epsilon must be in (0, 100], got %s" % text)
+    return eps
+
+
+class _KeyedBits:
+    """``getrandbits(k)`` from HMAC-SHA256(key, token || counter) blocks: one fixed stream per token."""
+
+    def __init__(self, key: bytes, token: bytes) -> None:
+        self._mac = hmac.new(key, token, hashlib.sha256)
+        self._ctr = 0
+        self._bits = 0
+        self._have = 0
+
+    def getrandbits(self, k: int) -> int:
+        while self._have < k:
+            m = self._mac.copy()
+            m.update(self._ctr.to_bytes(4, "big"))
+            self._ctr += 1
+            self._bits |= int.from_bytes(m.digest(), "big") << self._have
+            self._have += 256
+        v = self._bits & ((1 << k) - 1)
+        self._bits >>= k
+        self._have -= k
+        return v
+
+
+class RecordNoise:
+    """Discrete Laplace noise per record, ``Delta_A / epsilon`` with ``Delta_A = ceil(rho)``,
+    fixed by ``key`` and the record's token (module docstring, 1)."""
+
+    def __init__(self, key: bytes, normal_radius: float, epsilon: Fraction) -> None:
+        if not isinstance(key, bytes) or len(key) < 16:
+            raise UsageError("the noise key must be at least 16 bytes")
+        if not (math.isfinite(normal_radius) and normal_radius > 0):
+            raise UsageError("the normal radius must be finite and > 0 quanta, got %r" % (normal_radius,))
+        self.epsilon = parse_epsilon(epsilon)
+        self.delta_q = max(1, math.ceil(normal_radius))
+        self._num, self._den = scale_for(self.delta_q, self.epsilon.numerator, self.epsilon.denominator)
+        self.scale = self._num / self._den
+        self._key = key
+        self._cache: dict[bytes, int] = {}
+
+    def noise(self, token: bytes) -> int:
+        z = self._cache.get(token)
+        if z is None:
+            z = DiscreteLaplace(self._num, self._den, _KeyedBits(self._key, bytes(token))).sample()
+            if len(self._cache) > 2_000_000:
+                self._cache.clear()
+            self._cache[token] = z
+        return z
+
+    def noisy(self, tokens: list[bytes], d_diff: np.ndarray) -> np.ndarray:
+        """``d_diff + Z`` for the records of ``tokens`` (same order)."""
+        return np.asarray(d_diff, dtype=float) + np.array([self.noise(t) for t in tokens], dtype=float)
+
+    def margin(self, alpha: float) -> float:
+        """t with ``P(Z <= -t) <= alpha`` (and ``P(Z >= t) <= alpha``): ``ceil(b ln(1/alpha))``."""
+        return float(math.ceil(self.scale * math.log(1.0 / alpha)))
+
+
+def load_key(path: Path) -> bytes:
+    """The server's noise key at ``path`` (0600), made on first use."""
+    try:
+        key = path.read_bytes()
+    except FileNotFoundError:
+        key = os.urandom(KEY_SIZE)
+        write_private(path, key)
+    except OSError as e:
+        raise UsageError("cannot read the correction server's noise key %s: %s" % (path, e)) from None
+    if len(key) != KEY_SIZE:
+        raise UsageError("the correction server's noise key %s is damaged (%d bytes, not %d); restore it "
+                         "from a backup: a new key would give every stored record fresh noise"
+                         % (path, len(key), KEY_SIZE))
+    return key
+
+
+def digest(*parts: object) -> bytes:
+    h = hashlib.sha256()
+    for p in parts:
+        b = p if isinstance(p, bytes) else repr(p).encode()
+        h.update(len(b).to_bytes(8, "big"))
+        h.update(b)
+    return h.digest()
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS windows (window INTEGER PRIMARY KEY, mode TEXT NOT NULL, tokens BLOB NOT NULL,
+                                    request BLOB NOT NULL, rows BLOB, answered_at REAL NOT NULL,
+                                    retries INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS used (token BLOB PRIMARY KEY, window INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS refusals (code TEXT PRIMARY KEY, n INTEGER NOT NULL, last_at REAL NOT NULL,
+                                     last_text TEXT NOT NULL);
+"""
+
+
+class RoundLedger:
+    """Which windows CS answered, over which tokens, and every refusal (SQLite; ``":memory:"``
+    for tests). Kept apart from the correction store so that it names no record value."""
+
+    def __init__(self, path: Path | str = ":memory:") -> None:
+        if str(path) != ":memory:" and not Path(path).exists():
+            write_private(path, b"")
+        self._db = sqlite3.connect(str(path), check_same_thread=False)
+        self._lock = threading.Lock()
+        with self._lock, self._db:
+            self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def opening(self, window: int, mode: str, tokens: list[bytes], request: bytes) -> bool:
+        """Check an opening message; True for a retry of an answered window, False for a new one."""
+        tdig = digest(*sorted(tokens))
+        with self._lock:
+            row = self._db.execute("SELECT mode, tokens, request FROM windows WHERE window = ?", (window,)).fetchone()
+            if row is not None:
+                if row[1] != tdig or row[0] != mode:
+                    raise Refused("subset", "window %d was answered over another token set; a window is asked "
+                                  "once, whole" % window)
+                if row[2] != request:
+                    raise Refused("repeated", "window %d was answered already; a second round with other index "
+                                  "sets is refused" % window)
+                self._db.execute("UPDATE windows SET retries = retries + 1 WHERE window = ?", (window,))
+                self._db.commit()
+                return True
+            hit = self._overlap(tokens)
+            if hit is not None:
+                raise Refused("overlap", "%d of the %d tokens were answered in window %d already; each record is "
+                              "in one round" % (hit[0], len(tokens), hit[1]))
+        return False
+
+    def _overlap(self, tokens: list[bytes]) -> tuple[int, int] | None:
+        n, first = 0, None
+        for i in range(0, len(tokens), 500):
+            part = tokens[i:i + 500]
+            q = "SELECT count(*), min(window) FROM used WHERE token IN (%s)" % ",".join("?" * len(part))
+            c, w = self._db.execute(q, part).fetchone()
+            if c:
+                n += c
+                first = w if first is None else min(first, w)
+        return (n, first) if n else None
+
+    def answered(self, window: int, mode: str, tokens: list[bytes], request: bytes, used: list[bytes]) -> None:
+        """Pin ``window`` to its token set and mark ``used`` (the tokens answered) consumed."""
+        with self._lock, self._db:
+            self._db.execute("INSERT OR IGNORE INTO windows (window, mode, tokens, request, answered_at) "
+                             "VALUES (?, ?, ?, ?, ?)", (window, mode, digest(*sorted(tokens)), request, time.time()))
+            self._db.executemany("INSERT OR IGNORE INTO used (token, window) VALUES (?, ?)",
+                                 [(t, window) for t in used])
+
+    def rows(self, window: int, request: bytes) -> None:
+        """Mode paper, line 4's index sets: one set of I_L2/I_L3 per window (a retry repeats it)."""
+        with self._lock, self._db:
+            row = self._db.execute("SELECT rows FROM windows WHERE window = ?", (window,)).fetchone()
+            if row is None:
+                raise Refused("repeated", "window %d has no answered split" % window)
+            if row[0] is not None and row[0] != request:
+                raise Refused("repeated", "window %d got its result already; other index sets are refused" % window)
+            self._db.execute("UPDATE windows SET rows = ? WHERE window = ?", (request, window))
+
+    def refused(self, code: str, text: str) -> None:
+        with self._lock, self._db:
+            self._db.execute("INSERT INTO refusals (code, n, last_at, last_text) VALUES (?, 1, ?, ?) "
+                             "ON CONFLICT(code) DO UPDATE SET n = n + 1, last_at = excluded.last_at, "
+                             "last_text = excluded.last_text", (code, time.time(), text))
+
+    def counts(self) -> dict[str, int]:
+        """``answered``, ``retries`` and one entry per refusal code seen."""
+        with self._lock:
+            a, r = self._db.execute("SELECT count(*), coalesce(sum(retries), 0) FROM windows").fetchone()
+            out = {"answered": int(a), "retries": int(r)}
+            for code, n in self._db.execute("SELECT code, n FROM refusals ORDER BY code"):
+                out[code] = int(n)
+        return out
