@@ -1,0 +1,154 @@
+"""The correction server answers honest rounds only, and from noisy distance differences.
+
+Probing rounds (one token, a window asked again, a subset, other index sets) are refused with a
+code, logged and counted in the round ledger that `dpsense status` prints.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dpsense.cloud.correction import messages as msg
+from dpsense.cloud.correction.honest import RecordNoise, RoundLedger, RoundPolicy, load_key, parse_epsilon
+from dpsense.cloud.correction.rules import CorrectionParams
+from dpsense.cloud.correction.server import CorrectionRounds
+from dpsense.cloud.errors import UsageError
+
+KEY = b"\x01" * 32
+
+
+def _server(mode="bands", ledger=None, logs=None, min_window=100, min_presumed=10, table=None):
+    rng = np.random.default_rng(2)
+    tokens = [rng.bytes(8) for _ in range(300)]
+    d = table if table is not None else dict(zip(tokens, rng.integers(-30, 30, 300).tolist()))
+    params = CorrectionParams(w_o=10.0, normal_radius=20.0)
+    rounds = CorrectionRounds(params, lambda ts: {t: d[t] for t in ts if t in d}, grace=0, mode=mode,
+                              noise=RecordNoise(KEY, 20.0, Fraction(1)),
+                              policy=RoundPolicy(min_window=min_window, min_presumed=min_presumed),
+                              ledger=ledger or RoundLedger(), log=(logs.append if logs is not None else None))
+    return rounds, tokens
+
+
+def _bands(rounds, rid, window, tokens, **kw):
+    n = len(tokens)
+    body = dict(window=window, tokens=msg.tokens_field(tokens), width=10.0, edges=[0.0], bands=[list(range(n))])
+    body.update(kw)
+    return msg.decode(rounds.handle(msg.decode(msg.encode("bands", rid, **body))))
+
+
+def _presumed(rounds, rid, window, tokens, presumed):
+    return msg.decode(rounds.handle(msg.decode(msg.encode(
+        "presumed", rid, window=window, tokens=msg.tokens_field(tokens), presumed=presumed))))
+
+
+def test_an_honest_window_is_answered_and_a_retry_gets_the_same_answer():
+    rounds, tokens = _server()
+    first = _bands(rounds, 1, 5, tokens)
+    again = _bands(rounds, 2, 5, tokens)
+    assert first["step"] == again["step"] == "result"
+    assert first["r"] == again["r"]
+    assert rounds.ledger.counts() == {"answered": 1, "retries": 1}
+
+
+def test_a_single_token_round_is_refused_logged_and_counted():
+    logs: list[str] = []
+    rounds, tokens = _server(logs=logs)
+    reply = _bands(rounds, 1, 5, tokens[:1])
+    assert reply["step"] == "error" and reply["code"] == "small_window"
+    assert any("refused (small_window)" in line for line in logs)
+    assert rounds.ledger.counts()["small_window"] == 1 and rounds.refusals == {"small_window": 1}
+
+
+def test_padding_with_unknown_tokens_does_not_make_a_window():
+    rounds, tokens = _server()
+    fake = [bytes([i % 256, i // 256]) * 4 for i in range(200)]
+    reply = _bands(rounds, 1, 5, tokens[:3] + fake, final=True)
+    assert reply["code"] == "small_window"
+
+
+def test_a_window_asked_again_under_another_id_or_as_a_subset_is_refused():
+    rounds, tokens = _server()
+    assert _bands(rounds, 1, 5, tokens[:200])["step"] == "result"
+    assert _bands(rounds, 2, 6, tokens[:200])["code"] == "overlap"          # the same window, a new id
+    assert _bands(rounds, 3, 7, tokens[50:250])["code"] == "overlap"        # overlapping tokens
+    assert _bands(rounds, 4, 5, tokens[:150])["code"] == "subset"           # the window id, fewer tokens
+    counts = rounds.ledger.counts()
+    assert counts["overlap"] == 2 and counts["subset"] == 1 and counts["answered"] == 1
+
+
+def test_the_same_window_with_other_index_sets_is_refused():
+    rounds, tokens = _server()
+    assert _bands(rounds, 1, 5, tokens)["step"] == "result"
+    other = _bands(rounds, 2, 5, tokens, edges=[40.0])
+    assert other["code"] == "repeated"
+
+
+def test_mode_paper_refuses_small_presumed_sets_and_a_second_set_of_rows():
+    rounds, tokens = _server(mode="paper")
+    assert _presumed(rounds, 1, 5, tokens, list(range(5)))["code"] == "small_presumed"
+    assert _presumed(rounds, 2, 5, tokens, list(range(20)))["step"] == "split"
+    res = msg.decode(rounds.handle(msg.decode(msg.encode("rows", 2, i_l2=[30, 31], i_l3=[31]))))
+    assert res["step"] == "result"
+    assert _presumed(rounds, 3, 5, tokens, list(range(20)))["step"] == "split"      # a retry
+    other = msg.decode(rounds.handle(msg.decode(msg.encode("rows", 3, i_l2=list(range(20, 300)), i_l3=[]))))
+    assert other["code"] == "repeated"
+    assert _presumed(rounds, 4, 5, tokens, list(range(21)))["code"] == "repeated"
+
+
+def test_a_window_lacking_records_is_not_answered_until_final():
+    rounds, tokens = _server()
+    extra = [b"\xee" * 8]
+    assert _bands(rounds, 1, 5, tokens + extra)["code"] == "missing"
+    res = _bands(rounds, 2, 5, tokens + extra, final=True)
+    assert res["step"] == "result" and res["unknown"] == [len(tokens)]
+
+
+def test_a_round_without_a_window_id_is_refused():
+    rounds, tokens = _server()
+    reply = msg.decode(rounds.handle(msg.decode(msg.encode(
+        "bands", 1, tokens=msg.tokens_field(tokens), width=10.0, edges=[0.0], bands=[list(range(300))]))))
+    assert reply["code"] == "no_window"
+
+
+def test_the_ledger_survives_a_restart(tmp_path):
+    path = tmp_path / "correction-rounds.db"
+    rounds, tokens = _server(ledger=RoundLedger(path))
+    assert _bands(rounds, 1, 5, tokens)["step"] == "result"
+    rounds.ledger.close()
+    rounds, tokens = _server(ledger=RoundLedger(path))
+    assert _bands(rounds, 1, 9, tokens)["code"] == "overlap"
+    assert (path.stat().st_mode & 0o777) == 0o600
+
+
+def test_record_noise_is_fixed_by_key_and_token():
+    a, b = RecordNoise(KEY, 20.0, Fraction(1)), RecordNoise(b"\x02" * 32, 20.0, Fraction(1))
+    tokens = [bytes([i]) * 8 for i in range(200)]
+    za = [a.noise(t) for t in tokens]
+    assert za == [RecordNoise(KEY, 20.0, Fraction(1)).noise(t) for t in tokens]
+    assert za != [b.noise(t) for t in tokens]
+    assert a.delta_q == 20 and a.scale == 20.0 and RecordNoise(KEY, 20.5, Fraction(1, 2)).scale == 42.0
+    assert a.margin(0.005) == np.ceil(20.0 * np.log(200))
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan", "inf", "abc", "101"])
+def test_epsilon_is_validated(bad):
+    with pytest.raises(UsageError):
+        parse_epsilon(bad)
+
+
+@pytest.mark.parametrize("kw", [dict(min_window=1), dict(min_presumed=0), dict(min_window=5, min_presumed=6),
+                                dict(min_window=True), dict(min_presumed=2.5)])
+def test_policy_is_validated(kw):
+    with pytest.raises(UsageError):
+        RoundPolicy(**kw)
+
+
+def test_the_noise_key_is_made_once_private_and_a_damaged_one_is_refused(tmp_path):
+    path = tmp_path / "k"
+    key = load_key(path)
+    assert load_key(path) == key and len(key) == 32 and (path.stat().st_mode & 0o777) == 0o600
+    path.write_bytes(b"short")
+    with pytest.raises(UsageError, match="damaged"):
+        load_key(path)
