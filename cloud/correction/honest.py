@@ -242,14 +242,14 @@ class RoundLedger:
         return False
 
     def _overlap(self, tokens: list[bytes]) -> tuple[int, int] | None:
-        n, first = 0, None
+        n, first = 0, -1
         for i in range(0, len(tokens), 500):
             part = tokens[i:i + 500]
             q = "SELECT count(*), min(window) FROM used WHERE token IN (%s)" % ",".join("?" * len(part))
             c, w = self._db.execute(q, part).fetchone()
             if c:
-                n += c
-                first = w if first is None else min(first, w)
+                n += int(c)
+                first = int(w) if first < 0 else min(first, int(w))
         return (n, first) if n else None
 
     def answered(self, window: int, mode: str, tokens: list[bytes], request: bytes, used: list[bytes]) -> None:
