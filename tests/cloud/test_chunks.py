@@ -80,3 +80,10 @@ def test_incomplete_messages_are_dropped_after_the_timeout_and_beyond_max_pendin
     assert all(joiner.feed(p) is None for p in first[1:])            # message 1 never completes
     joiner.feed(chunks.split(os.urandom(70_000), message_id=3)[0])   # three pending: the oldest goes
     assert joiner.pending == 2 and joiner.dropped == 2
+
+
+def test_the_example_of_docs_protocol_6_3():
+    parts = chunks.split(b"x" * 40_000, message_id=1)
+    assert [p[:16].hex() for p in parts] == ["64706b31010000000000000000000200", "64706b31010000000000000001000200"]
+    assert [len(p) - 16 for p in parts] == [32_752, 7_248]
+    assert chunks.MAX_PACKET == 65_536 and chunks.CHUNK_SIZE == 32_768
