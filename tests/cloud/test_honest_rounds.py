@@ -152,3 +152,19 @@ def test_the_noise_key_is_made_once_private_and_a_damaged_one_is_refused(tmp_pat
     path.write_bytes(b"short")
     with pytest.raises(UsageError, match="damaged"):
         load_key(path)
+
+
+def test_status_prints_the_round_ledger(tmp_path, capsys):
+    from dpsense.cloud.cli import main
+    ledger = RoundLedger(tmp_path / "correction-rounds.db")
+    rounds, tokens = _server(ledger=ledger)
+    _bands(rounds, 1, 5, tokens)
+    _bands(rounds, 2, 5, tokens)
+    _bands(rounds, 3, 6, tokens[:1])
+    _bands(rounds, 4, 7, tokens)
+    ledger.close()
+    adb, cdb = "sqlite:///%s/a.db" % tmp_path, "sqlite:///%s/c.db" % tmp_path
+    code = main(["status", "--data-dir", str(tmp_path), "--analyst-db", adb, "--correction-db", cdb])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "rounds      1 windows answered (1 retries), 2 refused (overlap 1, small_window 1)" in out
