@@ -168,3 +168,36 @@ def test_status_prints_the_round_ledger(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "rounds      1 windows answered (1 retries), 2 refused (overlap 1, small_window 1)" in out
+
+
+def _analyst_and_server(policy, table=None, **params):
+    from dpsense.cloud.analyst import AnalystParams
+    from tests.cloud.roundkit import Exact
+    from tests.cloud.test_correction_service import _analyst, _fleet, _Loop, _window_store
+    xp, tokens, full, c, outlier = _fleet()
+    table = full if table is None else table(tokens, full)
+    rounds = CorrectionRounds(CorrectionParams(w_o=0.0, normal_radius=8.0),
+                              lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode="bands",
+                              noise=Exact(), policy=policy)
+    a = _analyst(AnalystParams(eps_q=10.0, min_samples=20, window=3000, mode="bands", band_width_q=100.0,
+                               centre_q=(100.0, -50.0), **params), _Loop(None, rounds))
+    store, w = _window_store(xp, tokens)
+    return a, store, w
+
+
+def test_a_window_the_server_finds_too_small_completes_uncorrected():
+    a, store, w = _analyst_and_server(RoundPolicy(min_window=5000, min_presumed=10), min_round=2)
+    res = a.process_window(store, w)
+    assert res["skipped"] and res["candidate_rows"] == res["presumed_rows"]
+    assert store.window_record(w.id).state == "done"
+
+
+def test_missing_records_hold_the_window_until_the_hold_time_is_over():
+    from dpsense.cloud.analyst import RoundHeld
+    drop = lambda tokens, full: {t: d for i, (t, d) in enumerate(full.items()) if i % 10}  # noqa: E731
+    a, store, w = _analyst_and_server(RoundPolicy(), table=drop, max_hold=600.0)
+    with pytest.raises(RoundHeld, match="no correction record"):
+        a.process_window(store, w)
+    a.clock = lambda: w.closed_at + 601.0                    # the hold time is over: final
+    res = a.process_window(store, w)
+    assert res["missing_corrections"] == 300 and not res["skipped"]
