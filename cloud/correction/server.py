@@ -176,7 +176,7 @@ class CorrectionRounds:
         if p_sub.size < self.policy.min_presumed:
             raise Refused("small_presumed", "window %d: %d presumed outliers with a correction record; rounds "
                           "need at least %d" % (window, p_sub.size, self.policy.min_presumed))
-        request = digest("paper", *tokens, presumed.tobytes(), body.get("final") is True)
+        request = digest("paper", *tokens, presumed.tobytes())
         self.ledger.opening(window, "paper", tokens, request)
         used = [tokens[i] for i in known]
         d_known = self.noise.noisy(used, np.array([found[t] for t in used], dtype=float))
@@ -220,7 +220,7 @@ class CorrectionRounds:
             lower = lower_edges(n, Bands(edges=np.asarray(edges), members=sets, width=width))
         except ValueError as e:
             raise msg.RoundError(str(e)) from None
-        request = digest("bands", *tokens, width, lower.tobytes(), body.get("final") is True)
+        request = digest("bands", *tokens, width, lower.tobytes())
         self.ledger.opening(window, "bands", tokens, request)
         used = [tokens[i] for i in known]
         d_known = self.noise.noisy(used, np.array([found[t] for t in used], dtype=float))

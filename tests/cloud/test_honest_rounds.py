@@ -201,3 +201,9 @@ def test_missing_records_hold_the_window_until_the_hold_time_is_over():
     a.clock = lambda: w.closed_at + 601.0                    # the hold time is over: final
     res = a.process_window(store, w)
     assert res["missing_corrections"] == 300 and not res["skipped"]
+
+
+def test_a_retry_marked_final_is_still_a_retry():
+    rounds, tokens = _server()
+    first = _bands(rounds, 1, 5, tokens)
+    assert _bands(rounds, 2, 5, tokens, final=True)["r"] == first["r"]
