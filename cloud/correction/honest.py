@@ -38,7 +38,8 @@ Two mechanisms, both on the correction server CS, protect the records from the a
    * ``small_window``: fewer than ``min_window`` of the tokens have a correction record at CS
      (a single-token or padded round);
    * ``small_presumed``: mode paper, fewer than ``min_presumed`` rows of O' have a record;
-   * ``subset``: the window id was answered over another token set;
+   * ``subset``: the window id was answered over another token set that shares tokens with this
+     one (a fresh token set under a known id is a new window: the analyst's store started again);
    * ``overlap``: a token was already answered in another window (a repeated window, or a
      subset of one under a new id);
    * ``repeated``: the same window asked again with other index sets (O', I_L2/I_L3, bands).
@@ -229,10 +230,7 @@ class RoundLedger:
         tdig = digest(*sorted(tokens))
         with self._lock:
             row = self._db.execute("SELECT mode, tokens, request FROM windows WHERE window = ?", (window,)).fetchone()
-            if row is not None:
-                if row[1] != tdig or row[0] != mode:
-                    raise Refused("subset", "window %d was answered over another token set; a window is asked "
-                                  "once, whole" % window)
+            if row is not None and row[1] == tdig and row[0] == mode:
                 if row[2] != request:
                     raise Refused("repeated", "window %d was answered already; a second round with other index "
                                   "sets is refused" % window)
@@ -240,6 +238,12 @@ class RoundLedger:
                 self._db.commit()
                 return True
             hit = self._overlap(tokens)
+            if row is not None and hit is not None:
+                raise Refused("subset", "window %d was answered over another token set; a window is asked "
+                              "once, whole" % window)
+            if row is not None:
+                # Only fresh tokens under a known id: the analyst's store started again, a new window.
+                self._db.execute("DELETE FROM windows WHERE window = ?", (window,))
             if hit is not None:
                 raise Refused("overlap", "%d of the %d tokens were answered in window %d already; each record is "
                               "in one round" % (hit[0], len(tokens), hit[1]))

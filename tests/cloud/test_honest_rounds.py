@@ -207,3 +207,11 @@ def test_a_retry_marked_final_is_still_a_retry():
     rounds, tokens = _server()
     first = _bands(rounds, 1, 5, tokens)
     assert _bands(rounds, 2, 5, tokens, final=True)["r"] == first["r"]
+
+
+def test_fresh_tokens_under_a_known_window_id_are_a_new_window():
+    # The analyst's store started again and counts windows from 1 once more.
+    rounds, tokens = _server()
+    assert _bands(rounds, 1, 5, tokens[:150])["step"] == "result"
+    assert _bands(rounds, 2, 5, tokens[150:])["step"] == "result"
+    assert _bands(rounds, 3, 5, tokens[:150])["code"] == "subset"
