@@ -5,8 +5,9 @@
     alerts.window_done(window_record, candidate_verdicts)    # never blocks, never raises
     alerts.close()
 
-One JSON document per window with at least one candidate (on MQTT, a window with more candidates
-than fit under the broker's packet limit is sent as several documents with ``part`` and ``parts``): the window (id, group, interval,
+One JSON document per window with at least one candidate (on MQTT, a window with more
+candidates than fit under the broker's packet limit goes out as several documents with
+``part`` and ``parts``): the window (id, group, interval,
 readings) and each candidate's identity (device, boot, seq, arrival, verdict). No value, noise or
 distance difference: an operator looks a reading up by its identity. The topic is readable by
 accounts of role ``alerts`` only (cloud/broker.py). The webhook gets the same document as a POST

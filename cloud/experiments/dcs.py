@@ -146,6 +146,7 @@ def markdown(rows: Sequence[DcsRow]) -> str:
         cell = []
         for mode in ("bands", "paper"):
             sel = [r for r in rows if (r.separation, r.epsilon, r.variant, r.mode) == (sep, eps, var, mode)]
-            cell += ["%.1f" % (100 * np.mean([r.recall for r in sel])), "%.1f" % (100 * np.mean([r.subset for r in sel]))]
+            cell += ["%.1f" % (100 * np.mean([r.recall for r in sel])),
+                     "%.1f" % (100 * np.mean([r.subset for r in sel]))]
         out.append("| %g | %g | %s | %s |" % (sep, eps, var, " | ".join(cell)))
     return "\n".join(out)

@@ -36,7 +36,8 @@ def test_two_party_round_equals_run_protocol(split):
     tokens, d_diff, dist, presumed = _window()
     params = CorrectionParams(w_o=50.0, split=split, guard=False, normal_radius=20.0)
     table = dict(zip(tokens, d_diff.tolist()))
-    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0, noise=Exact(), policy=LOOSE)
+    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0,
+                              noise=Exact(), policy=LOOSE)
     _, res = _round(rounds, tokens, dist, presumed)
     ref = run_protocol(d_diff, dist, presumed, params)
     n = len(tokens)
@@ -53,7 +54,8 @@ def test_rows_without_a_correction_record_are_never_decided_on():
     for i in lost:
         del table[tokens[i]]
     params = CorrectionParams(w_o=50.0, guard=False, normal_radius=20.0)
-    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0, noise=Exact(), policy=LOOSE)
+    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0,
+                              noise=Exact(), policy=LOOSE)
     _, res = _round(rounds, tokens, dist, presumed)
     assert res["missing"] == len(lost)
     decided = set(res["fp"]) | set(res["fn"])
@@ -63,14 +65,16 @@ def test_rows_without_a_correction_record_are_never_decided_on():
 def test_what_crosses_is_tokens_positions_and_scalars():
     tokens, d_diff, dist, presumed = _window(200)
     table = dict(zip(tokens, d_diff.tolist()))
-    rounds = CorrectionRounds(CorrectionParams(w_o=5.0, normal_radius=20.0), lambda ts: {t: table[t] for t in ts}, grace=0, noise=Exact(), policy=LOOSE)
+    rounds = CorrectionRounds(CorrectionParams(w_o=5.0, normal_radius=20.0), lambda ts: {t: table[t] for t in ts}, grace=0,
+                              noise=Exact(), policy=LOOSE)
     split, res = _round(rounds, tokens, dist, presumed)
     assert set(split) == {"step", "round", "d_tp", "w_o"}
     assert set(res) <= {"step", "round", "fp", "fn", "fn_l1", "fn_l2", "fn_l3", "missing", "split_accepted"}
 
 
 def test_bad_messages_get_an_error_reply_not_a_crash():
-    rounds = CorrectionRounds(CorrectionParams(w_o=5.0, normal_radius=20.0), lambda ts: {}, grace=0, noise=Exact(), policy=LOOSE)
+    rounds = CorrectionRounds(CorrectionParams(w_o=5.0, normal_radius=20.0), lambda ts: {}, grace=0,
+                              noise=Exact(), policy=LOOSE)
     reply = msg.decode(rounds.handle({"step": "rows", "round": 3, "i_l2": [], "i_l3": []}))
     assert reply["step"] == "error" and "resend presumed" in reply["reason"]
     reply = msg.decode(rounds.handle({"step": "presumed", "round": 4, "tokens": "!!", "presumed": []}))
@@ -109,7 +113,8 @@ def test_bands_round_equals_run_bands_and_leaves_unknown_rows_to_the_analyst():
     for i in lost:
         del table[tokens[i]]
     params = CorrectionParams(w_o=0.0, normal_radius=20.0)
-    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode="bands", noise=Exact(), policy=LOOSE)
+    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode="bands",
+                              noise=Exact(), policy=LOOSE)
     bands = make_bands(dist, 30.0)
     res = msg.decode(rounds.handle(msg.decode(msg.encode(
         "bands", 9, window=1, final=True, tokens=msg.tokens_field(tokens), width=bands.width, edges=[float(e) for e in bands.edges],
@@ -125,7 +130,8 @@ def test_bands_round_equals_run_bands_and_leaves_unknown_rows_to_the_analyst():
 def test_a_server_refuses_the_other_modes_rounds(mode, opening):
     tokens, d_diff, dist, presumed = _window(200)
     table = dict(zip(tokens, d_diff.tolist()))
-    rounds = CorrectionRounds(CorrectionParams(w_o=5.0, normal_radius=20.0), lambda ts: table, grace=0, mode=mode, noise=Exact(), policy=LOOSE)
+    rounds = CorrectionRounds(CorrectionParams(w_o=5.0, normal_radius=20.0), lambda ts: table, grace=0, mode=mode,
+                              noise=Exact(), policy=LOOSE)
     body = {"step": opening, "round": 1, "window": 1, "tokens": msg.tokens_field(tokens), "presumed": [], "width": 10,
             "edges": [], "bands": []}
     reply = msg.decode(rounds.handle(body))
@@ -149,7 +155,8 @@ def test_bands_mode_needs_a_normal_radius_and_a_known_mode():
 ])
 def test_bad_bands_messages_get_an_error_reply(bad):
     tokens, d_diff, _, _ = _window(200)
-    rounds = CorrectionRounds(CorrectionParams(w_o=0.0, normal_radius=5.0), lambda ts: {}, grace=0, mode="bands", noise=Exact(), policy=LOOSE)
+    rounds = CorrectionRounds(CorrectionParams(w_o=0.0, normal_radius=5.0), lambda ts: {}, grace=0, mode="bands",
+                              noise=Exact(), policy=LOOSE)
     reply = msg.decode(rounds.handle({"step": "bands", "round": 2, "window": 1, "tokens": msg.tokens_field(tokens), **bad}))
     assert reply["step"] == "error"
 
@@ -211,7 +218,8 @@ def test_analyst_window_round_in_each_mode(mode):
     from dpsense.cloud.analyst import AnalystParams
     xp, tokens, table, c, outlier = _fleet()
     params = CorrectionParams(w_o=200.0, split="noise", layers="provable", noise_scale=8.0, normal_radius=8.0)
-    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode=mode, noise=Exact(), policy=LOOSE)
+    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode=mode,
+                              noise=Exact(), policy=LOOSE)
     a = _analyst(AnalystParams(eps_q=10.0, min_samples=20, window=3000, mode=mode, band_width_q=100.0,
                                centre_q=(100.0, -50.0), skip_margin=-1.0), _Loop(None, rounds))
     store, w = _window_store(xp, tokens)
