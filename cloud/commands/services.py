@@ -418,6 +418,11 @@ def do_correction(args: argparse.Namespace) -> int:
     from dpsense.cloud.files import private_dir
     private_dir(st.data_dir)
     key = load_key(st.data_dir / "correction-noise.key")
+    ledger = RoundLedger(st.data_dir / "correction-rounds.db")
+    try:
+        ledger.bind_key(key)            # a changed key stops the server here, not at its first round
+    finally:
+        ledger.close()
 
     def params(w_o: float | None = args.w_o) -> CorrectionParams | None:
         # The profile may arrive after the server started: it is read until it exists.

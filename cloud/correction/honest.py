@@ -201,6 +201,7 @@ CREATE TABLE IF NOT EXISTS windows (window INTEGER PRIMARY KEY, mode TEXT NOT NU
                                     request BLOB NOT NULL, rows BLOB, answered_at REAL NOT NULL,
                                     retries INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS used (token BLOB PRIMARY KEY, window INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS refusals (code TEXT PRIMARY KEY, n INTEGER NOT NULL, last_at REAL NOT NULL,
                                      last_text TEXT NOT NULL);
 """
@@ -224,6 +225,19 @@ class RoundLedger:
 
     def close(self) -> None:
         self._db.close()
+
+    def bind_key(self, key: bytes) -> None:
+        """Refuse (UsageError) a noise key other than the one the ledger's answers were made with:
+        re-answering an answered window under a new key would draw its records' noise again."""
+        fp = hashlib.sha256(b"dpsense noise key" + key).digest()
+        with self._lock, self._db:
+            row = self._db.execute("SELECT value FROM meta WHERE name = 'key'").fetchone()
+            if row is None:
+                self._db.execute("INSERT INTO meta (name, value) VALUES ('key', ?)", (fp,))
+            elif row[0] != fp:
+                raise UsageError("the correction server's noise key is not the one its round ledger was written "
+                                 "with: restore the key (correction-noise.key) from a backup; a new key would let "
+                                 "answered windows be asked again with fresh noise")
 
     def opening(self, window: int, mode: str, tokens: list[bytes], request: bytes) -> bool:
         """Check an opening message; True for a retry of an answered window, False for a new one."""

@@ -293,6 +293,7 @@ class CorrectionServer:
             return None
         check_mode(self.mode, self.params)
         noise = RecordNoise(self.noise_key, self.params.normal_radius, self.epsilon)
+        ledger.bind_key(self.noise_key)
         self.log("correction server: mode %s, w_O = %g quanta, normal radius %g quanta; answering honest rounds "
                  "(at least %d tokens, %d presumed outliers) from d_diff with discrete Laplace noise of scale %g "
                  "quanta (epsilon %s towards the analyst per reading within the normal radius)"

@@ -215,3 +215,11 @@ def test_fresh_tokens_under_a_known_window_id_are_a_new_window():
     assert _bands(rounds, 1, 5, tokens[:150])["step"] == "result"
     assert _bands(rounds, 2, 5, tokens[150:])["step"] == "result"
     assert _bands(rounds, 3, 5, tokens[:150])["code"] == "subset"
+
+
+def test_a_ledger_refuses_another_noise_key(tmp_path):
+    ledger = RoundLedger(tmp_path / "correction-rounds.db")
+    ledger.bind_key(KEY)
+    ledger.bind_key(KEY)
+    with pytest.raises(UsageError, match="restore the key"):
+        ledger.bind_key(b"\x02" * 32)
