@@ -249,7 +249,8 @@ def secure_over_mqtt(d: np.ndarray, dist: np.ndarray, rho: float, presumed: np.n
             analyst._client.disconnect()
             analyst._client.loop_stop()
     if max(sizes) > chunks.CHUNK_SIZE:
-        raise AssertionError("a round message part of %d bytes exceeds the %d-byte chunk" % (max(sizes), chunks.CHUNK_SIZE))
+        raise AssertionError("a round message part of %d bytes exceeds the %d-byte chunk"
+                             % (max(sizes), chunks.CHUNK_SIZE))
     return took, sum(sizes), len(sizes), r, want
 
 

@@ -505,7 +505,8 @@ def do_correction(args: argparse.Namespace) -> int:
     pw = broker_password(args, account)
     server = CorrectionServer(connection_for(st, account, pw), params, opener, mode=args.correction_mode,
                               waiting=waiting, noise_key=key, epsilon=epsilon, policy=policy,
-                              ledger=lambda: RoundLedger(ledger_at), worker=account if args.worker is not None else None)
+                              ledger=lambda: RoundLedger(ledger_at),
+                              worker=account if args.worker is not None else None)
     ingest = None
     if not args.no_ingest:
         ingest = IngestThread(connection_for(st, worker_account("correction" + INGEST_SUFFIX, args.worker), pw),

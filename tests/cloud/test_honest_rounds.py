@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dpsense.cloud.correction import messages as msg
-from dpsense.cloud.correction.honest import RecordNoise, RoundLedger, RoundPolicy, load_key, parse_epsilon
+from dpsense.cloud.correction.honest import RecordNoise, Refused, RoundLedger, RoundPolicy, load_key, parse_epsilon
 from dpsense.cloud.correction.rules import CorrectionParams
 from dpsense.cloud.correction.server import CorrectionRounds
 from dpsense.cloud.errors import UsageError
@@ -271,9 +271,18 @@ def test_secure_rounds_follow_the_honest_rules_on_noisy_d_diff():
                                       "subset": 1}
 
 
-def test_two_servers_on_one_ledger_answer_a_round_once(tmp_path):
-    path = tmp_path / "correction.db"
-    one, two = RoundLedger(path), RoundLedger(path)
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def shared_ledger(request, tmp_path):
+    """Where correction-server workers keep one ledger: the correction database (SQLite or PostgreSQL)."""
+    if request.param == "sqlite":
+        return tmp_path / "correction.db"
+    from tests.pgserver import create_database
+    return create_database(request.getfixturevalue("postgres_url"), "ledger_%s" % tmp_path.name[-20:].lower()
+                           .replace("-", "_"))
+
+
+def test_two_servers_on_one_ledger_answer_a_round_once(shared_ledger):
+    one, two = RoundLedger(shared_ledger), RoundLedger(shared_ledger)
     assert one.claim(7, "correction-1") and not two.claim(7, "correction-2")
     assert one.claim(7, "correction-1")                   # the claimer's later steps of round 7
     assert two.claim(8, "correction-2") and not one.claim(8, "correction-1")
@@ -285,5 +294,22 @@ def test_two_servers_on_one_ledger_answer_a_round_once(tmp_path):
     assert _bands(rounds2, 9, 5, tokens, width=11.0)["code"] == "repeated"
     assert _bands(rounds2, 10, 6, tokens)["code"] == "overlap"
     assert one.counts() == {"answered": 1, "retries": 1, "overlap": 1, "repeated": 1}
+    one.close()
+    two.close()
+
+
+def test_a_race_between_two_servers_is_decided_by_the_ledger(shared_ledger):
+    # Both servers pass the opening check before either records its answer; the second to
+    # record is refused, so one window keeps one request and a token one window.
+    one, two = RoundLedger(shared_ledger), RoundLedger(shared_ledger)
+    toks = [bytes([i]) * 8 for i in range(10)]
+    assert one.opening(1, "bands", toks, b"a") is False and two.opening(1, "bands", toks, b"b") is False
+    one.answered(1, "bands", toks, b"a", toks)
+    with pytest.raises(Refused, match="answered by another correction server"):
+        two.answered(1, "bands", toks, b"b", toks)
+    # A window over tokens of window 1 that passed its check before window 1 was recorded.
+    with pytest.raises(Refused, match="answered in window 1 meanwhile"):
+        two.answered(2, "bands", toks[5:] + [b"z" * 8], b"c", toks[5:] + [b"z" * 8])
+    assert one.counts() == {"answered": 1, "retries": 0}      # the refused records were rolled back
     one.close()
     two.close()
