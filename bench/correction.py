@@ -28,7 +28,9 @@ window. Only the correction logic is timed, in-process, both parties in one proc
 The baseline, ``numpy.sort`` of 100,000 random floats, is timed in the same process so
 the ratios carry over between machines. The table also gives the size of the JSON
 messages of one round of each mode (``cloud/correction/messages.py``), tokens included.
-The paper reports 30-40 ms in R 3.3.1 for its correction logic.
+The paper reports 30-40 ms in R 3.3.1 for its correction logic. A second table times the
+correction server's noise per record (cloud/correction/honest.py), which every answer is
+computed from.
 """
 from __future__ import annotations
 
@@ -37,11 +39,12 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from dpsense.cloud.correction import fragments
+from dpsense.cloud.correction import chunks
 from dpsense.cloud.correction import messages as msg
 from dpsense.cloud.correction import secure
 from dpsense.cloud.correction.bands import band_candidates, lower_edges, make_bands
@@ -51,6 +54,8 @@ from dpsense.cloud.experiments.noise import discrete_laplace
 from dpsense.cloud.experiments.paper1 import Paper1Config, _dbscan, reference
 
 N = 100_000
+#: The correction server's noise key in the secure-mode rows (cloud/correction/honest.py).
+BENCH_KEY = bytes(32)
 SEPARATION = 400.0
 
 
@@ -150,9 +155,11 @@ def _serve(host: str, port: int, password: str, table: dict[bytes, int], rho: fl
     from dpsense.cloud.correction.server import CorrectionServer
     from dpsense.cloud.ingest.service import Connection
 
+    from dpsense.cloud.correction.honest import RoundPolicy
     server = CorrectionServer(Connection(host, port, "correction", password, "correction"),
                               CorrectionParams(w_o=0.0, normal_radius=rho), lambda: _Table(table),
-                              log=lambda s: None, mode="secure")
+                              log=lambda s: None, mode="secure", noise_key=BENCH_KEY, epsilon=Fraction(1),
+                              policy=RoundPolicy(min_window=2, min_presumed=1))
 
     def announce() -> None:
         server.session.up.wait(30)
@@ -164,11 +171,13 @@ def _serve(host: str, port: int, password: str, table: dict[bytes, int], rho: fl
 
 
 def secure_over_mqtt(d: np.ndarray, dist: np.ndarray, rho: float, presumed: np.ndarray,
-                     rounds: int) -> tuple[list[tuple[float, float, float, float]], int, int, np.ndarray]:
+                     rounds: int) -> tuple[list[tuple[float, float, float, float]], int, int, np.ndarray,
+                                           np.ndarray]:
     """Mode secure end to end over a Mosquitto started here, the correction server in a child
     process: seconds per round (total; until secure-base arrived; until secure-garbled
     arrived; the analyst's evaluation), bytes and MQTT messages of one round (both directions,
-    fragments counted, as the analyst sends and receives them), and R."""
+    chunks counted, as the analyst sends and receives them), R, and R expected from the server's
+    noisy d_diff (its input to the comparison, cloud/correction/honest.py)."""
     import multiprocessing
     import tempfile
     from pathlib import Path
@@ -180,6 +189,10 @@ def secure_over_mqtt(d: np.ndarray, dist: np.ndarray, rho: float, presumed: np.n
     rng = np.random.default_rng(7)
     tokens = [rng.bytes(msg.TOKEN_SIZE) for _ in range(d.size)]
     table = dict(zip(tokens, (int(x) for x in d)))
+    from dpsense.cloud.correction.honest import RecordNoise
+    from dpsense.cloud.correction.rules import CorrectionParams
+    noise = RecordNoise(BENCH_KEY, rho, Fraction(1))
+    want = secure.candidates(noise.noisy(tokens, d), dist, rho + noise.margin(CorrectionParams(w_o=0.0).alpha))
     tmp = Path(tempfile.mkdtemp(prefix="dpsense-bench-secure-"))
     broker = Broker(tmp, port=free_port())
     pw_a, pw_c = broker.add_account("analyst"), broker.add_account("correction")
@@ -224,7 +237,7 @@ def secure_over_mqtt(d: np.ndarray, dist: np.ndarray, rho: float, presumed: np.n
             for k in range(rounds):
                 sizes.clear()
                 t0 = time.perf_counter()
-                r, _, _, _ = analyst._secure_round(k + 1, tokens, presumed, dist, d.size)
+                r, _, _, _ = analyst._secure_round(k + 1, 0, True, tokens, presumed, dist, d.size)
                 t1 = time.perf_counter()
                 took.append((t1 - t0, arrived["secure-base"] - t0, arrived["secure-garbled"] - arrived["secure-base"],
                              t1 - arrived["secure-garbled"]))
@@ -235,9 +248,10 @@ def secure_over_mqtt(d: np.ndarray, dist: np.ndarray, rho: float, presumed: np.n
                 child.terminate()
             analyst._client.disconnect()
             analyst._client.loop_stop()
-    if max(sizes) > fragments.LIMIT:
-        raise AssertionError("a round message of %d bytes exceeds the 64 KiB limit" % max(sizes))
-    return took, sum(sizes), len(sizes), r
+    if max(sizes) > chunks.CHUNK_SIZE:
+        raise AssertionError("a round message part of %d bytes exceeds the %d-byte chunk"
+                             % (max(sizes), chunks.CHUNK_SIZE))
+    return took, sum(sizes), len(sizes), r, want
 
 
 def secure_rows(w: dict[str, object], n: int, sort_ms: float, rounds: int) -> None:
@@ -255,8 +269,8 @@ def secure_rows(w: dict[str, object], n: int, sort_ms: float, rounds: int) -> No
         print("| %s | %.2f | %.0f |" % (name, sec, 1e3 * sec / sort_ms))
     print("| total in-process | %.2f | %.0f |" % (total, 1e3 * total / sort_ms))
     print("\nbytes between the parties: %.1f MB (%d per row)" % (nbytes / 1e6, nbytes // n))
-    took, mqtt_bytes, messages, r_mqtt = secure_over_mqtt(d, dist, rho, presumed, rounds)
-    assert np.array_equal(r_mqtt, np.union1d(want, np.empty(0, dtype=np.intp))), "R over MQTT differs"
+    took, mqtt_bytes, messages, r_mqtt, want_noisy = secure_over_mqtt(d, dist, rho, presumed, rounds)
+    assert np.array_equal(r_mqtt, want_noisy), "R over MQTT differs from the predicate on the server's noisy d_diff"
     print("\n| mode secure end to end over MQTT (Mosquitto, loopback) | s | ÷ numpy.sort | open -> secure-base s "
           "| -> secure-garbled s | A: evaluation s | MB | MQTT messages |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -308,7 +322,28 @@ def main(argv: list[str] | None = None) -> int:
         if eps == 0.1:
             w01 = w
     secure_rows(w01, min(args.secure_n, N), sort_ms, args.secure_rounds)
+    noise_table(w, [rng.bytes(msg.TOKEN_SIZE) for _ in range(N)], sort_ms, repeats)
     return 0
+
+
+def noise_table(w: dict[str, object], toks: list[bytes], sort_ms: float, repeats: int) -> None:
+    """The correction server's per-record noise (cloud/correction/honest.py) on one window: the
+    first pass draws every record's noise (HMAC-SHA256 stream + exact sampler), later rounds
+    over the same records (retries) find it cached."""
+    from fractions import Fraction
+
+    from dpsense.cloud.correction.honest import RecordNoise
+    noise = RecordNoise(bytes(32), float(w["rho"]), Fraction(1))
+    d = np.asarray(w["d_diff"], dtype=float)
+    t0 = time.perf_counter()
+    noise.noisy(toks, d)
+    first = 1e3 * (time.perf_counter() - t0)
+    cached, _ = median_ms(lambda: noise.noisy(toks, d), repeats)
+    print("\nNoise per record at the correction server, %d records, epsilon_A 1 (scale %g quanta):\n" % (N, noise.scale))
+    print("| pass | ms | ÷ numpy.sort |")
+    print("|---|---:|---:|")
+    print("| first (every record's noise drawn; one call) | %.0f | %.0f |" % (first, first / sort_ms))
+    print("| again (cached; median) | %.1f | %.1f |" % (cached, cached / sort_ms))
 
 
 if __name__ == "__main__":

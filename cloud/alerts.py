@@ -5,7 +5,9 @@
     alerts.window_done(window_record, candidate_verdicts)    # never blocks, never raises
     alerts.close()
 
-One JSON document per window with at least one candidate: the window (id, group, interval,
+One JSON document per window with at least one candidate (on MQTT, a window with more
+candidates than fit under the broker's packet limit goes out as several documents with
+``part`` and ``parts``): the window (id, group, interval,
 readings) and each candidate's identity (device, boot, seq, arrival, verdict). No value, noise or
 distance difference: an operator looks a reading up by its identity. The topic is readable by
 accounts of role ``alerts`` only (cloud/broker.py). The webhook gets the same document as a POST
@@ -27,6 +29,9 @@ from dpsense.cloud import topics
 from dpsense.cloud.results import iso_time
 from dpsense.cloud.storage import Verdict, WindowRecord
 
+#: Largest alert payload on MQTT: half the broker's packet limit (cloud/correction/chunks.py).
+ALERT_LIMIT = 32 * 1024
+
 
 def check_webhook(url: str) -> str:
     """An ``http://`` or ``https://`` URL with a host, or ValueError."""
@@ -43,6 +48,25 @@ def alert_document(window: WindowRecord, candidates: Sequence[Verdict]) -> dict[
         "candidates": [{"device": c.device_id, "boot": c.boot_id, "seq": c.seq,
                         "received_at": iso_time(c.received_at), "verdict": c.verdict} for c in candidates],
     }
+
+
+def mqtt_parts(window: WindowRecord, candidates: Sequence[Verdict], body: bytes,
+               limit: int = ALERT_LIMIT) -> list[bytes]:
+    """The alert as MQTT payloads under the broker's packet limit: ``body`` itself when it fits,
+    else documents with a share of the candidates each and ``part``/``parts`` (1-based)."""
+    if len(body) <= limit:
+        return [body]
+    k = -(-len(body) // (limit // 2))
+    while True:
+        per = -(-len(candidates) // k)
+        out = []
+        for i in range(k):
+            doc = alert_document(window, candidates[i * per:(i + 1) * per])
+            doc["part"], doc["parts"] = i + 1, k
+            out.append(json.dumps(doc, separators=(",", ":")).encode())
+        if max(len(b) for b in out) <= limit or per == 1:
+            return out
+        k *= 2
 
 
 class Alerts:
@@ -68,7 +92,8 @@ class Alerts:
         body = json.dumps(alert_document(window, candidates), separators=(",", ":")).encode()
         if self._publish is not None:
             try:
-                self._publish(topics.ALERTS % window.group, body)
+                for part in mqtt_parts(window, candidates, body):
+                    self._publish(topics.ALERTS % window.group, part)
             except Exception as e:  # noqa: BLE001 - an alert must never stop detection
                 self._log("analyst: alert for window %d not published: %s" % (window.id, e))
         if self._webhook is not None:

@@ -15,9 +15,16 @@ and is retried with a growing delay. Only a completed round stores the window's 
 
 While nothing arrives, a poll costs one index lookup (the newest row id) and a clock check: the
 number of pending readings per group is kept in memory, counted from the rows that arrived
-since the last poll. The analyst sees only released values (quanta) and tokens; it learns d_TP,
-w_O, FP and FN (mode ``paper``) or R (mode ``bands``) from the correction server, or computes
-R with it under garbled circuits (mode ``secure``), never a distance difference. In mode paper a window whose O' already holds about the expected share of
+since the last poll. The analyst sees released values (quanta) and tokens; from the correction
+server it learns d_TP, w_O, FP and FN (mode ``paper``) or R (mode ``bands``), or computes R
+with it under garbled circuits (mode ``secure``). These are functions of the window's distance
+differences, so with a reading's released value they say something about its raw distance from
+the centre: the correction server computes them from noisy distance differences (its input to
+the garbled comparison too), and the analyst's view of a reading within the normal radius after
+a round is epsilon_A-DP on top of the released values (cloud/correction/honest.py, measured by
+tests/statistical/test_round_view.py). The server answers one round per window, whole, with at
+least ``min_window`` tokens (and ``min_presumed`` presumed outliers in mode paper); below that
+the analyst runs no round and R = O'. In mode paper a window whose O' already holds about the expected share of
 outliers gets no round (``rules.needs_round``): R = O'. A round needs the provisioned centre
 (and in mode bands the band width), which the profile gives: an analyst started before
 profile.json exists holds its windows until it does (the log and the status say so).
@@ -44,11 +51,12 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from dpsense.cloud import topics
 from dpsense.cloud.alerts import Alerts
-from dpsense.cloud.correction import fragments
+from dpsense.cloud.correction import chunks
 from dpsense.cloud.correction import messages as msg
+from dpsense.cloud.correction.honest import UNCORRECTED
 from dpsense.cloud.correction.bands import make_bands
 from dpsense.cloud.correction.rules import needs_round, reduce_rows
-from dpsense.cloud.correction.secure import BITS, Evaluator
+from dpsense.cloud.correction.secure import BITS, MAX_MESSAGE, Evaluator
 from dpsense.cloud.errors import RoundError
 from dpsense.cloud.ingest.service import Connection
 from dpsense.cloud.outliers.dbscan import DBSCANOutliers
@@ -83,7 +91,10 @@ class AnalystParams:
     from the provisioned ``centre_q``, the point the boards' d_diff refers to (None = the
     profile's, once there is one): until it is known, no round runs and the window is held.
     In mode paper a round is skipped when ``|O'|`` is within ``skip_margin`` of
-    ``outlier_share * n`` (a negative margin never skips); modes bands and secure always run.
+    ``outlier_share * n`` (a negative margin never skips) or when ``|O'|`` is below
+    ``min_presumed``; no round runs, in any mode, for a window below ``min_round`` readings (the
+    correction server's policy, honest.py, refuses both; a refusal for size also completes the
+    window uncorrected).
     """
 
     eps_q: float
@@ -101,6 +112,8 @@ class AnalystParams:
     centre_q: tuple[float, ...] | None = None
     outlier_share: float = 0.10
     skip_margin: float = 0.05
+    min_round: int = 100
+    min_presumed: int = 10
 
     def __post_init__(self) -> None:
         if not self.eps_q > 0:
@@ -128,6 +141,8 @@ class AnalystParams:
             raise ValueError("band_width_q must be >= 0 (0: the profile's)")
         if not 0 < self.outlier_share < 1:
             raise ValueError("outlier_share must be in (0, 1)")
+        if not 2 <= self.min_round or not 1 <= self.min_presumed:
+            raise ValueError("min_round must be >= 2 and min_presumed >= 1")
 
     @property
     def spec(self) -> WindowSpec:
@@ -155,6 +170,10 @@ class RoundTimeout(RoundError):
 
 class RoundHeld(RuntimeError):
     """The round gave an answer the analyst will not store yet (correction records missing)."""
+
+
+class RoundUncorrected(msg.RoundError):
+    """The correction server refused the window for its size: it completes with R = O'."""
 
 
 class WindowCarried(RuntimeError):
@@ -202,11 +221,14 @@ class Analyst:
         self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
         self.clock = clock
         self._q: queue.Queue[dict[str, Any]] = queue.Queue()
+        # Mode secure's garbled comparison is about 2 KB per row (secure.MAX_MESSAGE bounds it).
+        secure = params.mode == "secure"
+        self._joiner = chunks.Reassembler(max_bytes=MAX_MESSAGE if secure else chunks.MAX_MESSAGE,
+                                          timeout=600.0 if secure else 60.0)
         self.session = Session(conn, "analyst", self.log)
         self._stop = threading.Event()
         self._next_round = 1
         self._flow = _Flow()
-        self._reassembler = fragments.Reassembler()
         # Clean session: an answer to a round of an earlier run is of no use, and the loop
         # starts every round afresh (with a new round id) after a restart.
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=conn.client_id, clean_session=True,
@@ -227,13 +249,16 @@ class Analyst:
             client.subscribe(topics.ROUND_TO_ANALYST, qos=1)
 
     def _on_message(self, client: mqtt.Client, userdata: Any, m: mqtt.MQTTMessage) -> None:
-        whole = self._reassembler.feed(bytes(m.payload))
-        if whole is None:
-            return
         try:
-            self._q.put(msg.decode(whole))
+            payload = self._joiner.feed(bytes(m.payload))
+            if payload is not None:
+                self._q.put(msg.decode(payload))
         except msg.RoundError as e:
             self.log("analyst: ignored round message: %s" % e)
+
+    def _send(self, payload: bytes) -> None:
+        for part in chunks.split(payload):
+            self._client.publish(topics.ROUND_TO_CS, part, qos=1)
 
     def _await(self, rid: int, step: str) -> dict[str, Any]:
         deadline = time.monotonic() + self.params.round_timeout
@@ -252,6 +277,11 @@ class Analyst:
             if body["round"] != rid:
                 continue        # a late answer to an abandoned attempt
             if body["step"] == "error":
+                code = body.get("code")
+                if code == "missing":
+                    raise RoundHeld("correction server: %s" % body.get("reason"))
+                if code in UNCORRECTED:
+                    raise RoundUncorrected("correction server: %s" % body.get("reason"))
                 raise msg.RoundError("correction server: %s" % body.get("reason"))
             if body["step"] == step:
                 return body
@@ -278,40 +308,39 @@ class Analyst:
         self.log("analyst: profile.json: centre %s, band width %g quanta"
                  % (list(self.params.centre_q or ()), self.params.band_width_q))
 
-    def _paper_round(self, rid: int, tokens: list[bytes], presumed: np.ndarray, dist: np.ndarray,
+    def _paper_round(self, rid: int, window: int, final: bool, tokens: list[bytes], presumed: np.ndarray,
+                     dist: np.ndarray,
                      n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any], dict[str, Any]]:
         """Correction protocol of Böhler et al. 2017, Sect. 6, lines 2-6: O' out, d_TP and w_O back, I_L2 and I_L3 out, FP and FN back."""
-        pub = self._client.publish
-        pub(topics.ROUND_TO_CS, msg.encode("presumed", rid, tokens=msg.tokens_field(tokens), presumed=presumed),
-            qos=1)
+        self._send(msg.encode("presumed", rid, window=window, final=final, tokens=msg.tokens_field(tokens),
+                              presumed=presumed))
         split = self._await(rid, "split")
         rows = reduce_rows(dist, presumed, msg.number(split, "d_tp"), msg.number(split, "w_o"))
-        pub(topics.ROUND_TO_CS, msg.encode("rows", rid, i_l2=rows.i_l2, i_l3=rows.i_l3), qos=1)
+        self._send(msg.encode("rows", rid, i_l2=rows.i_l2, i_l3=rows.i_l3))
         res = self._await(rid, "result")
         fp = msg.positions(res, "fp", n)
         fn = msg.positions(res, "fn", n)
         return np.union1d(np.setdiff1d(presumed, fp), fn), fp, fn, split, res
 
-    def _bands_round(self, rid: int, tokens: list[bytes], presumed: np.ndarray, dist: np.ndarray,
-                     n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    def _bands_round(self, rid: int, window: int, final: bool, tokens: list[bytes], presumed: np.ndarray,
+                     dist: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Mode bands: the bands out, R back; rows without a correction record keep O'."""
         bands = make_bands(dist, self.params.band_width_q)
-        self._client.publish(topics.ROUND_TO_CS, msg.encode(
-            "bands", rid, tokens=msg.tokens_field(tokens), width=bands.width,
-            edges=[float(e) for e in bands.edges], bands=bands.members), qos=1)
+        self._send(msg.encode(
+            "bands", rid, window=window, final=final, tokens=msg.tokens_field(tokens), width=bands.width,
+            edges=[float(e) for e in bands.edges], bands=bands.members))
         res = self._await(rid, "result")
         cand = msg.positions(res, "r", n)
         r = np.union1d(cand, np.intersect1d(presumed, msg.positions(res, "unknown", n)))
         return r, np.setdiff1d(presumed, r), np.setdiff1d(r, presumed), res
 
-    def _secure_round(self, rid: int, tokens: list[bytes], presumed: np.ndarray, dist: np.ndarray,
-                      n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    def _secure_round(self, rid: int, window: int, final: bool, tokens: list[bytes], presumed: np.ndarray,
+                      dist: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Mode secure: base OTs, the IKNP matrix out, the garbled comparison back; A decodes R.
         Rows without a correction record keep O'."""
         evaluator = Evaluator(dist)
-        publish = self._client.publish
-        fragments.publish(publish, topics.ROUND_TO_CS, msg.encode(
-            "secure-open", rid, tokens=msg.tokens_field(tokens), bits=BITS,
+        self._send(msg.encode(
+            "secure-open", rid, window=window, final=final, tokens=msg.tokens_field(tokens), bits=BITS,
             a=base64.b64encode(evaluator.open()).decode()))
         base = self._await(rid, "secure-base")
         unknown = msg.positions(base, "unknown", n)
@@ -321,7 +350,7 @@ class Analyst:
             raise
         except ValueError as e:
             raise msg.RoundError("mode secure: base-OT replies: %s" % e) from None
-        fragments.publish(publish, topics.ROUND_TO_CS, msg.encode_blob("secure-ext", rid, u))
+        self._send(msg.encode_blob("secure-ext", rid, u))
         garbled = self._blob(self._await(rid, "secure-garbled"))
         try:
             cand = evaluator.finish(garbled)
@@ -388,7 +417,10 @@ class Analyst:
         self._provisioned()
         p = self.params
         t_detect = time.perf_counter() - t0
-        skipped = p.mode == "paper" and not needs_round(int(presumed.size), n, p.outlier_share, p.skip_margin)
+        skipped = ((p.mode == "paper" and (presumed.size < p.min_presumed
+                                            or not needs_round(int(presumed.size), n, p.outlier_share,
+                                                               p.skip_margin)))
+                   or n < p.min_round)
         # The boards' d_diff is measured from the provisioned centre, and so must A's bands
         # and layers be: from any other point the guarantees (no normal reading added) fail.
         if not skipped and (p.centre_q is None or (p.mode == "bands" and not p.band_width_q > 0)):
@@ -408,12 +440,18 @@ class Analyst:
                 rid = self._next_round
                 self._next_round += 1
             store.start_attempt(w.id, rid)
-            if p.mode == "bands":
-                r, fp, fn, res = self._bands_round(rid, m.tokens, presumed, dist, n)
-            elif p.mode == "secure":
-                r, fp, fn, res = self._secure_round(rid, m.tokens, presumed, dist, n)
-            else:
-                r, fp, fn, split, res = self._paper_round(rid, m.tokens, presumed, dist, n)
+            final = self.clock() - w.closed_at >= self.params.max_hold
+            try:
+                if p.mode == "bands":
+                    r, fp, fn, res = self._bands_round(rid, w.id, final, m.tokens, presumed, dist, n)
+                elif p.mode == "secure":
+                    r, fp, fn, res = self._secure_round(rid, w.id, final, m.tokens, presumed, dist, n)
+                else:
+                    r, fp, fn, split, res = self._paper_round(rid, w.id, final, m.tokens, presumed, dist, n)
+            except RoundUncorrected as e:
+                self.log("analyst: window %d completes without a correction: %s" % (w.id, e))
+                skipped = True
+                r, fp, fn = presumed, np.empty(0, dtype=np.intp), np.empty(0, dtype=np.intp)
         detect_s, round_s = round(t_detect, 4), round(time.perf_counter() - t1, 4)
         missing = res.get("missing")
         missing = missing if isinstance(missing, int) and missing > 0 else 0

@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from dpsense.cloud import topics
+from dpsense.cloud.correction.chunks import MAX_PACKET
 from dpsense.cloud.errors import BrokerError, UsageError
 from dpsense.cloud.files import make_private, private_dir, write_private
 
@@ -231,8 +232,9 @@ class Broker:
             "max_inflight_messages 4000",
             "queue_qos0_messages false",
             "set_tcp_nodelay true",
-            # A correction round carries a window's tokens: ~1.1 MB per 100,000 readings.
-            "max_packet_size 33554432",
+            # MAX_PACKET (64 KiB): a record is tens of bytes, a round-message chunk 32 KiB
+            # (cloud/correction/chunks.py); Mosquitto drops a client that sends more.
+            "max_packet_size %d" % MAX_PACKET,
             "pid_file %s" % (self.dir / "mosquitto.pid"),
             "log_dest file %s" % self.log_path,
             "log_type error",

@@ -40,3 +40,17 @@ def test_a_reset_does_not_reopen_the_window(rig):
     rig.expect(r"ledger: window 0 cap 1 reached \(spent 1\)", 10)
     rig.expect("stimulus done: 10 readings, 0 released", 10)
     assert rig.cloud.reading_count() == 4
+
+
+def test_epsilon_cs_is_charged_per_record_and_reported(rig):
+    # one column at epsilon 1/4 plus epsilon_cs 1/4: a record costs 1/2, so a cap of 1 per
+    # window of 10 readings releases 2
+    cfg = rig.config(7, columns=[column(20)], epsilon="0.25", epsilon_cs="0.25", centre=[0], window_records=10,
+                     window_cap="1", period_ms=0)
+    rig.start(cfg, stimulus=[[i] for i in range(20)])
+    rig.expect("boot ok")
+    rig.expect("stimulus done: 20 readings, 4 released", 10)
+    rig.cloud.wait_readings(4, 20)
+    rig.cloud.wait(lambda: len(rig.cloud.status_events("window_cap")) >= 2, 10, "2 window_cap statuses")
+    caps = rig.cloud.status_events("window_cap")
+    assert [(s["spent"], s["eps_record"], s["eps_cs"]) for s in caps[:2]] == [("1", "1/4", "1/4")] * 2

@@ -19,6 +19,9 @@ Keys, with defaults where a key is optional:
   profile names a trustworthy ``clock`` (the unix port's system clock): a clock that
   restarts at boot or steps back would reopen a window's budget, and the firmware syncs
   no NTP, so the other boards take ``window_records``
+* ``epsilon_cs`` (optional decimal string): the correction record's d_diff gets discrete
+  Laplace noise so that it is epsilon_cs-DP towards the correction server
+  (shared_protocol/mechanism.py); each record is then charged ``m x epsilon + epsilon_cs``
 * ``lifetime_cap`` (decimal string, at least the epsilon of one record; default 1000
   times ``window_cap``): the most the board releases until it is provisioned again
 * boards with MQTT: ``broker_host``, ``broker_password``, ``broker_port`` (1883, or
@@ -59,7 +62,7 @@ except ImportError:
 
 _U32 = 0xFFFFFFFF
 _COLUMN_KEYS = ("num", "den", "offset", "raw_min", "raw_max", "delta_q")
-KEYS = ("board", "device_id", "config_id", "columns", "epsilon", "centre", "window_records",
+KEYS = ("board", "device_id", "config_id", "columns", "epsilon", "epsilon_cs", "centre", "window_records",
          "window_seconds", "window_cap", "lifetime_cap", "broker_host", "broker_port", "broker_user",
          "broker_password", "broker_tls", "broker_ca", "broker_tls_insecure", "client_id", "keepalive",
          "max_inflight", "ack_timeout_ms", "backoff_max_ms", "ring_path", "ring_records",
@@ -175,15 +178,20 @@ def validate(raw, profile):
     if c["window_seconds"] and not profile.get("clock"):
         raise ConfigError("window_seconds: board %s has no trustworthy clock (it restarts at "
                           "boot and syncs no NTP); give window_records" % profile["name"])
+    # epsilon_cs (optional): noise on d_diff towards the correction server, charged per record.
+    ecs = c["epsilon_cs"] = _dec(raw, "epsilon_cs") if "epsilon_cs" in raw else None
+    rec = (m * eps[0], eps[1])
+    what = "%d x %s" % (m, raw["epsilon"])
+    if ecs is not None:
+        rec = (rec[0] * ecs[1] + ecs[0] * rec[1], rec[1] * ecs[1])
+        what += " + epsilon_cs %s" % raw["epsilon_cs"]
     cap = c["window_cap"] = _dec(raw, "window_cap")
-    if cap[0] * eps[1] < m * eps[0] * cap[1]:
-        raise ConfigError("window_cap: must be at least the epsilon of one record (%d x %s)"
-                          % (m, raw["epsilon"]))
+    if cap[0] * rec[1] < rec[0] * cap[1]:
+        raise ConfigError("window_cap: must be at least the epsilon of one record (%s)" % what)
     if "lifetime_cap" in raw:
         life = _dec(raw, "lifetime_cap")
-        if life[0] * eps[1] < m * eps[0] * life[1]:
-            raise ConfigError("lifetime_cap: must be at least the epsilon of one record (%d x %s)"
-                              % (m, raw["epsilon"]))
+        if life[0] * rec[1] < rec[0] * life[1]:
+            raise ConfigError("lifetime_cap: must be at least the epsilon of one record (%s)" % what)
     else:
         life = (cap[0] * 1000, cap[1])
     c["lifetime_cap"] = life

@@ -20,14 +20,27 @@ data, computed by the curator, never from the data being released).
 
 ``d_diff`` depends on the noise and is for the correction server only. Each call to
 ``perturb`` draws fresh noise: a retransmission must resend the stored bytes.
+
+d_diff towards the correction server (``eps_cs``, optional)
+------------------------------------------------------------
+With ``eps_cs = (num, den)``, ``perturb`` returns ``d_diff + DiscreteLaplace(cs_delta /
+eps_cs)``. For two readings x, x~ within rho = ``sqrt(sum delta_q_j^2) / 2`` of the centre
+and the same column noise Y, the two d_diff differ by at most
+``(floor(2 rho) + 1) + ceil(rho)`` (the rounded distances of x + Y and x~ + Y from c differ by
+at most ``|x - x~| + 1 <= 2 rho + 1``, those of x and x~ by at most ``round(rho)``), and
+``cs_delta = isqrt(4 rho^2) + 1 + (isqrt(4 rho^2) + 2) // 2`` bounds that in integers. Mixing
+over Y keeps the ratio, so the correction record is eps_cs-DP towards the correction server
+for any two readings within rho of the centre (a reading outside it: ``eps_cs x`` the same
+bound with the domain's diameter, by design as for the columns). ``epsilon_charge()`` is what
+the ledger charges per record: ``epsilon_row() + eps_cs``.
 """
 
 try:
     from .noise import DiscreteLaplace, scale_for
-    from .distance import distance_difference
+    from .distance import distance_difference, isqrt
 except ImportError:
     from noise import DiscreteLaplace, scale_for
-    from distance import distance_difference
+    from distance import distance_difference, isqrt
 
 
 class Column:
@@ -55,7 +68,7 @@ class Column:
 class RecordMechanism:
     """Perturb m-column records; holds one sampler per column and the centre."""
 
-    def __init__(self, columns, centre_q, rng):
+    def __init__(self, columns, centre_q, rng, eps_cs=None):
         if not columns:
             raise ValueError("at least one column")
         if len(centre_q) != len(columns):
@@ -66,6 +79,16 @@ class RecordMechanism:
         self.columns = columns
         self.centre_q = list(centre_q)
         self._noise = [DiscreteLaplace(c.scale[0], c.scale[1], rng) for c in columns]
+        self.eps_cs = eps_cs
+        self._cs = None
+        if eps_cs is not None:
+            if (not isinstance(eps_cs, tuple) or len(eps_cs) != 2 or not isinstance(eps_cs[0], int)
+                    or not isinstance(eps_cs[1], int) or eps_cs[0] <= 0 or eps_cs[1] <= 0):
+                raise ValueError("eps_cs must be a (num, den) pair of positive ints")
+            r2 = isqrt(_sumsq([c.delta_q for c in columns]))
+            self.cs_delta = r2 + 1 + (r2 + 2) // 2
+            num, den = scale_for(self.cs_delta, eps_cs[0], eps_cs[1])
+            self._cs = DiscreteLaplace(num, den, rng)
 
     def perturb(self, raw):
         """``(scaled, released, d_diff)`` for one raw record (a list of ints)."""
@@ -77,13 +100,29 @@ class RecordMechanism:
             v = self.columns[j].affine.apply(raw[j])
             q.append(v)
             out.append(v + self._noise[j].sample())
-        return q, out, distance_difference(q, out, self.centre_q)
+        d = distance_difference(q, out, self.centre_q)
+        if self._cs is not None:
+            d += self._cs.sample()
+        return q, out, d
 
     def epsilon_row(self):
         return _sum([c.eps for c in self.columns])
 
+    def epsilon_charge(self):
+        """What the ledger charges per record: the columns' epsilon plus eps_cs, if set."""
+        if self.eps_cs is None:
+            return self.epsilon_row()
+        return _sum([self.epsilon_row(), self.eps_cs])
+
     def epsilon_row_worst(self):
         return _sum([c.eps_worst() for c in self.columns])
+
+
+def _sumsq(v):
+    s = 0
+    for x in v:
+        s += x * x
+    return s
 
 
 def _sum(fracs):

@@ -57,6 +57,23 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
     e.add_argument("--dbscan-min-samples", type=int,
                    help="DBSCAN min_samples (default: calibrated per separation on the reference)")
     e.add_argument("--out", default="out/paper1", help="output directory (default out/paper1)")
+    ed = sub.add_parser("dcs", help="what noise on d_diff (epsilon_A, epsilon_cs) costs paper 1's correction",
+                        description="Recall and subset of modes bands and paper on paper 1's windows with the exact "
+                                    "d_diff, with the correction server's noise towards the analyst (epsilon_A) and "
+                                    "with the board's epsilon_cs as well; prints a markdown table "
+                                    "(docs/privacy.md).",
+                        epilog=examples("dpsense experiment dcs",
+                                        "dpsense experiment dcs --n 20000 --seeds 1 --epsilon-cs 1,0.5"))
+    ed.add_argument("--separations", type=parse_floats, default=(220.0, 400.0),
+                    help="comma-separated separations (default 220,400)")
+    ed.add_argument("--epsilons", type=parse_floats, default=(0.1, 0.5, 1.0),
+                    help="comma-separated epsilons per column (default 0.1,0.5,1)")
+    ed.add_argument("--seeds", type=parse_floats, default=(1, 2, 3), help="comma-separated data seeds (default 1,2,3)")
+    ed.add_argument("--n", type=int, default=100_000, help="points per data set (default 100000)")
+    ed.add_argument("--epsilon-a", type=float, default=1.0,
+                    help="the correction server's epsilon towards the analyst (default 1)")
+    ed.add_argument("--epsilon-cs", type=parse_floats, default=(1.0, 0.5),
+                    help="comma-separated board epsilon_cs values (default 1,0.5)")
     e3 = sub.add_parser("paper3", help="paper 3 on Adult: DP-PCA error vs LAP/EXP, DP-LDA accuracy and AUC",
                         description="Reproduce paper 3 (Jiang et al. 2013, experiments) on UCI Adult; writes results.md, runs.csv and "
                                     "paper3.png. The defaults take about a minute; --full uses the paper's sizes.",
@@ -177,6 +194,8 @@ def do_experiment(args: argparse.Namespace) -> int:
         return _do_verify(args)
     if args.experiment == "paper3":
         return _do_paper3(args)
+    if args.experiment == "dcs":
+        return _do_dcs(args)
     from dpsense.cloud.experiments.paper1 import Paper1Config, main
     cfg = Paper1Config(separations=args.separations, epsilons=args.epsilons,
                        seeds=parse_ints("--seeds", args.seeds), runs=args.runs, n=args.n, shape=args.shape,
@@ -186,3 +205,26 @@ def do_experiment(args: argparse.Namespace) -> int:
                        dbscan_eps=args.dbscan_eps, dbscan_min_samples=args.dbscan_min_samples,
                        circuit_checks=args.circuit_checks)
     return main(cfg, args.out)
+
+
+def _do_dcs(args: argparse.Namespace) -> int:
+    import sys
+    import time
+
+    from dpsense.cloud.errors import UsageError
+    from dpsense.cloud.experiments.dcs import markdown, run_dcs
+    from dpsense.cloud.experiments.paper1 import Paper1Config
+    if not args.epsilon_a > 0 or any(not e > 0 for e in args.epsilon_cs):
+        raise UsageError("--epsilon-a and --epsilon-cs must be > 0")
+    try:
+        cfg = Paper1Config(separations=args.separations, epsilons=args.epsilons,
+                           seeds=parse_ints("--seeds", args.seeds), n=args.n)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    t0 = time.perf_counter()
+    rows = run_dcs(cfg, args.epsilon_a, args.epsilon_cs,
+                   progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(markdown(rows))
+    print("\n%d seeds x %d separations x %d epsilons, n = %d, %.0f s"
+          % (len(cfg.seeds), len(cfg.separations), len(cfg.epsilons), cfg.n, time.perf_counter() - t0))
+    return 0

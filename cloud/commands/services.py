@@ -271,6 +271,17 @@ def do_status(args: argparse.Namespace) -> int:
     sealed, plain = KeyStore.for_data_dir(st.data_dir).devices()
     print("sealing     correction records sealed end to end for %d devices; plaintext (readable by the broker "
           "and a gateway) for %s" % (len(sealed), "devices " + ", ".join(map(str, plain)) if plain else "none"))
+    from dpsense.cloud.correction.honest import RoundLedger, ledger_target
+    # The round ledger lives in the correction database (shared by every correction-server worker).
+    led = RoundLedger(ledger_target(st.correction_db))
+    try:
+        rc = led.counts()
+    finally:
+        led.close()
+    refused = {k: v for k, v in rc.items() if k not in ("answered", "retries")}
+    print("rounds      %d windows answered (%d retries), %d refused%s"
+          % (rc["answered"], rc["retries"], sum(refused.values()),
+             " (%s)" % ", ".join("%s %d" % kv for kv in sorted(refused.items())) if refused else ""))
     only_a = np.setdiff1d(tokens, ctokens).size
     only_c = np.setdiff1d(ctokens, tokens).size
     print("matching    %d readings without a correction record, %d correction records without a reading"
@@ -317,6 +328,7 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-margin", type=float, default=0.05,
                    help="mode paper: no round when |O'| is within this share of the expected outlier count "
                         "(default 0.05; negative: always run the round)")
+    add_round_policy(p)
     p.add_argument("--no-ingest", action="store_true",
                    help="only detect; other processes run `dpsense ingest --role analyst` and `--role status`")
     p.add_argument("--worker", type=count(1),
@@ -328,6 +340,16 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
                         "analyst's groups pass to the others after this long (default 15)")
     add_password(p)
     add_common(p)
+
+
+def add_round_policy(p: argparse.ArgumentParser) -> None:
+    """The honest-round sizes; the analyst and the correction server must use the same."""
+    p.add_argument("--min-round", type=count(2), default=100,
+                   help="smallest window (tokens with a correction record) a correction round covers; the "
+                        "correction server refuses smaller ones and the analyst completes them uncorrected "
+                        "(default 100)")
+    p.add_argument("--min-presumed", type=count(1), default=10,
+                   help="mode paper: smallest presumed-outlier set a round may name (default 10)")
 
 
 def window_arg(text: str) -> "WindowSpec":
@@ -359,7 +381,8 @@ def do_analyst(args: argparse.Namespace) -> int:
                            round_timeout=args.round_timeout, max_hold=args.max_hold,
                            mode=args.correction_mode, band_width_q=band_q,
                            centre_q=tuple(map(float, prof.centre_q)) if prof is not None else None,
-                           skip_margin=args.skip_margin)
+                           skip_margin=args.skip_margin, min_round=args.min_round,
+                           min_presumed=args.min_presumed)
     if args.webhook:
         from dpsense.cloud.alerts import check_webhook
         try:
@@ -410,11 +433,16 @@ def parser_correction(p: argparse.ArgumentParser) -> None:
                    help="split noise: bound on P(d_diff > tau) for any row (default 0.005)")
     p.add_argument("--bound", choices=("R1", "R2", "R3"), default="R1", help="FN_L3 upper bound (default R1)")
     p.add_argument("--no-guard", action="store_true", help="accept every split (paper-literal; not advised)")
+    p.add_argument("--analyst-epsilon", default="1",
+                   help="epsilon towards the analyst per reading within the normal radius: every answer is "
+                        "computed from d_diff plus discrete Laplace noise of scale ceil(normal radius) / epsilon, "
+                        "fixed per record (default 1; a number like 0.5 or 1/2)")
+    add_round_policy(p)
     p.add_argument("--no-ingest", action="store_true", help="only answer rounds; another process ingests")
     p.add_argument("--worker", type=count(1),
-                   help="run as correction server N (mode bands): account correction-N, each round answered by "
-                        "one of the servers (shared subscription), its ingest worker N of correction-ingest's "
-                        "(see docs/scale-out.md)")
+                   help="run as correction server N of several sharing the correction database: account "
+                        "correction-N; every server receives every round and the one that claims it in the "
+                        "database answers it; its ingest is worker N of correction-ingest's (see docs/scale-out.md)")
     add_password(p)
     add_common(p)
 
@@ -426,18 +454,22 @@ def do_correction(args: argparse.Namespace) -> int:
     from dpsense.cloud.storage import open_correction_store
     st = settings_from(args)
     stop = stop_on_sigterm()
+    from dpsense.cloud.correction.honest import RoundLedger, RoundPolicy, ledger_target, load_key, parse_epsilon
     noise = args.split == "noise"
-    # Mode bands and the never-worse split need the relaxed sensitivities and epsilon (the
-    # normal radius, the noise scale), which only the profile gives.
-    needs_profile = args.correction_mode in ("bands", "secure") or noise
+    # Every mode needs the normal radius (the noise on d_diff towards the analyst is calibrated
+    # to it) and the never-worse split the noise scale: only the profile gives them.
+    needs_profile = True
     path = st.data_dir / "profile.json"
-    if args.correction_mode in ("bands", "secure"):
-        waiting = "the normal radius is not known yet (mode %s takes it from %s)" % (args.correction_mode, path)
-    elif noise:
+    if noise:
         waiting = ("w_O, the noise scale and the normal radius are not known yet (the never-worse split takes "
                    "them from %s)" % path)
     else:
-        waiting = "w_O is not known yet (no --w-o, no %s)" % path
+        waiting = "the normal radius is not known yet (the noise on d_diff takes it from %s)" % path
+    epsilon = parse_epsilon(args.analyst_epsilon)
+    policy = RoundPolicy(min_window=args.min_round, min_presumed=args.min_presumed)
+    from dpsense.cloud.files import private_dir
+    private_dir(st.data_dir)
+    key = load_key(st.data_dir / "correction-noise.key")
 
     def params(w_o: float | None = args.w_o) -> CorrectionParams | None:
         # The profile may arrive after the server started: it is read until it exists.
@@ -454,18 +486,27 @@ def do_correction(args: argparse.Namespace) -> int:
                                 normal_radius=prof.normal_radius_q() if prof is not None else 0.0)
     if not 0 < args.alpha < 1:
         raise UsageError("--alpha must be in (0, 1)")
-    if args.worker is not None and args.correction_mode != "bands":
-        raise UsageError("--worker: correction servers share rounds in mode bands only (a mode paper round is two "
-                         "messages that must reach one server); scale its ingest with `dpsense ingest --role "
-                         "correction --worker N`")
     if args.w_o is not None and not args.w_o >= 0:
         raise UsageError("--w-o must be >= 0 quanta")
+    if args.worker is not None and not st.correction_db.lower().startswith(("postgresql://", "postgres://")):
+        raise UsageError("--worker: correction servers that share rounds need a PostgreSQL correction store "
+                         "(--correction-db postgresql://...), where they claim rounds and keep one round "
+                         "ledger; SQLite serves one correction server")
     opener = lambda: open_correction_store(st.correction_db)  # noqa: E731
     opener().close()            # create the database once, before two threads open it
+    # The round ledger is in the correction database: shared by every correction-server worker.
+    ledger_at = ledger_target(st.correction_db)
+    ledger = RoundLedger(ledger_at)
+    try:
+        ledger.bind_key(key)            # a changed key stops the server here, not at its first round
+    finally:
+        ledger.close()
     account = worker_account("correction", args.worker)
     pw = broker_password(args, account)
     server = CorrectionServer(connection_for(st, account, pw), params, opener, mode=args.correction_mode,
-                              waiting=waiting, share="correction" if args.worker is not None else None)
+                              waiting=waiting, noise_key=key, epsilon=epsilon, policy=policy,
+                              ledger=lambda: RoundLedger(ledger_at),
+                              worker=account if args.worker is not None else None)
     ingest = None
     if not args.no_ingest:
         ingest = IngestThread(connection_for(st, worker_account("correction" + INGEST_SUFFIX, args.worker), pw),

@@ -1,35 +1,44 @@
 """Messages of one correction round between the analyst A and the correction server CS.
 
-JSON objects on ``dpsense/round/to-cs`` and ``dpsense/round/to-analyst``; every message
-carries the round id and its step. The round id counts the analyst's attempts (a held window's
-retry is a new round); it names no window, device group or device. The first step names the
-mode of the round (``MODES``); a correction server answers only the mode it runs and replies
-``error`` to any other.
+JSON objects on ``dpsense/round/to-cs`` and ``dpsense/round/to-analyst``, each sent in chunks
+under the broker's packet limit (cloud/correction/chunks.py); every message carries the round
+id and its step. The round id counts the analyst's attempts (a held window's retry is a new
+round). The opening step names the mode of the round (``MODES``), the analyst's window id
+(``window``, a counter of the analyst's store: it names no device group or device) and every
+token of the window; ``final: true`` asks CS to answer although some records are missing (the
+analyst's hold time is over). A correction server answers only the mode it runs and only
+honest rounds (cloud/correction/honest.py); anything else gets ``error`` with a ``reason`` and,
+for a policy refusal, a ``code``.
 
 Mode ``paper`` (Böhler et al. 2017, Sect. 6):
 
-    A -> CS  presumed   tokens of the window (order = row positions), O' as positions
+    A -> CS  presumed   window, tokens (order = row positions), O' as positions
     CS -> A  split      d_TP and w_O                         (line 3)
     A -> CS  rows       I_L2 and I_L3 as positions           (line 4)
     CS -> A  result     FP and FN = FN_L1 | FN_L2 | FN_L3    (line 5-6)
 
 Mode ``bands`` (cloud/correction/bands.py):
 
-    A -> CS  bands      tokens, band width, the lower edge of each non-empty band and
+    A -> CS  bands      window, tokens, band width, the lower edge of each non-empty band and
                         its rows as positions
     CS -> A  result     R (positions) and the positions without a correction record
 
 Mode ``secure`` (cloud/correction/secure.py; binary parts follow the JSON header after a
-newline, and messages above 64 KiB travel as fragments, cloud/correction/fragments.py):
+newline; a message may reach ``secure.MAX_MESSAGE`` bytes, in chunks like every other):
 
-    A -> CS  secure-open     tokens, bits, a: A's base-OT element (256 bytes, base64)
+    A -> CS  secure-open     window, tokens, bits, a: A's base-OT element (256 bytes, base64)
     CS -> A  secure-base     the positions without a correction record; binary: 128 base-OT replies
     A -> CS  secure-ext      binary: the IKNP matrix u (128 x 32 n bits)
     CS -> A  secure-garbled  binary: OT corrections y, CS's input labels, the garbled gates
                              and the output decode bits; A decodes R itself
 
-Nothing else crosses: no values, no d_diff, no device identity (tokens are random).
-docs/protocol.md lists the fields.
+What A learns. No value, no device identity (tokens are random) and no d_diff crosses, but
+d_TP, FP, FN and R (mode secure's output too) are functions of the window's distance differences, and with its own
+released value A can turn any of them into information about a reading's distance from the
+centre. CS therefore computes them from ``d_diff + Z`` (Z: discrete Laplace fixed per record,
+honest.py; in mode secure ``d_diff + Z`` is CS's input to the garbled comparison) and A's view of each reading within the normal radius is epsilon_A-DP on top of the
+released values, measured by tests/statistical/test_round_view.py. docs/protocol.md lists the
+fields.
 """
 from __future__ import annotations
 

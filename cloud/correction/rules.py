@@ -326,6 +326,13 @@ def _split(d: np.ndarray, p: np.ndarray, params: CorrectionParams) -> Split:
     return Split(fp=fp, tp=tp, d_tp=float(v[0]), d_fp=float(v[cut + 1]), threshold=tau, accepted=True)
 
 
+def noise_split(d_diff: object, presumed: object, tau: float) -> Split:
+    """Line 3 (CS) with the noise split at a given threshold ``tau`` (FP = d_diff > tau); the
+    correction server uses it on noisy distance differences with a raised tau (honest.py)."""
+    d, p = check_window(d_diff, presumed)
+    return _noise_split(d, p, float(tau))
+
+
 def _noise_split(d: np.ndarray, p: np.ndarray, tau: float) -> Split:
     v = d[p]
     fp_mask = v > tau

@@ -49,6 +49,10 @@ from dpsense.cloud.correction.garble import (
 T_MAX = (1 << BITS) - 2
 E_MAX = (1 << BITS) - 1
 _LABEL = 16
+#: The largest mode-secure round message a receiver reassembles (chunks.Reassembler's
+#: max_bytes): 1 GiB, the garbled message of a window of about 520,000 readings
+#: (``garbled_size``), in at most 32,785 chunks of 32 KiB.
+MAX_MESSAGE = 1 << 30
 
 
 def threshold_offset(normal_radius: float) -> int:

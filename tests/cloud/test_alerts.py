@@ -112,3 +112,17 @@ def test_a_publish_error_is_logged() -> None:
 def test_webhook_urls_are_http(url: str) -> None:
     with pytest.raises(ValueError):
         check_webhook(url)
+
+
+def test_an_alert_over_the_broker_packet_limit_is_split_into_parts() -> None:
+    from dpsense.cloud.alerts import ALERT_LIMIT, alert_document, mqtt_parts
+    many = [Verdict(3, "hall-a", 40 + i, 7, 2, i, 1001.5, True, False, False, True) for i in range(2000)]
+    body = json.dumps(alert_document(WINDOW, many), separators=(",", ":")).encode()
+    assert len(body) > ALERT_LIMIT
+    parts = [json.loads(p) for p in mqtt_parts(WINDOW, many, body)]
+    assert all(len(p) <= ALERT_LIMIT for p in mqtt_parts(WINDOW, many, body))
+    assert [p["part"] for p in parts] == list(range(1, len(parts) + 1)) and {p["parts"] for p in parts} == {len(parts)}
+    assert [c["seq"] for p in parts for c in p["candidates"]] == list(range(2000))
+    assert all(p["window"] == 3 for p in parts)
+    small = json.dumps(alert_document(WINDOW, CANDS), separators=(",", ":")).encode()
+    assert mqtt_parts(WINDOW, CANDS, small) == [small]

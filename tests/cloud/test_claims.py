@@ -118,7 +118,7 @@ def test_an_sqlite_store_serves_one_analyst() -> None:
     (["analyst", "--worker", "1"], "PostgreSQL analyst store"),
     (["analyst", "--worker", "1", "--lease", "0.5"], "--lease must be at least 1 s"),
     (["ingest", "--role", "analyst", "--retire"], "give its --worker N"),
-    (["correction-server", "--worker", "1", "--correction-mode", "paper"], "mode bands only"),
+    (["correction-server", "--worker", "1", "--correction-mode", "paper"], "PostgreSQL correction store"),
 ])
 def test_worker_options_that_cannot_work_are_one_line_and_exit_2(tmp_path, capsys, argv: list[str], says: str) -> None:
     from dpsense.cloud.cli import main

@@ -7,6 +7,7 @@ import pytest
 from dpsense.cloud.correction import messages as msg
 from dpsense.cloud.correction.rules import CorrectionParams, reduce_rows, run_protocol
 from dpsense.cloud.correction.server import CorrectionRounds
+from tests.cloud.roundkit import LOOSE, Exact, Wire
 
 
 def _window(n: int = 2000, seed: int = 4):
@@ -22,7 +23,7 @@ def _window(n: int = 2000, seed: int = 4):
 
 def _round(rounds: CorrectionRounds, tokens, dist, presumed):
     split = msg.decode(rounds.handle(msg.decode(msg.encode(
-        "presumed", 7, tokens=msg.tokens_field(tokens), presumed=presumed))))
+        "presumed", 7, window=1, final=True, tokens=msg.tokens_field(tokens), presumed=presumed))))
     assert split["step"] == "split"
     rows = reduce_rows(dist, presumed, msg.number(split, "d_tp"), msg.number(split, "w_o"))
     res = msg.decode(rounds.handle(msg.decode(msg.encode("rows", 7, i_l2=rows.i_l2, i_l3=rows.i_l3))))
@@ -33,9 +34,10 @@ def _round(rounds: CorrectionRounds, tokens, dist, presumed):
 @pytest.mark.parametrize("split", ["otsu", "gap", "trimmed_gap"])
 def test_two_party_round_equals_run_protocol(split):
     tokens, d_diff, dist, presumed = _window()
-    params = CorrectionParams(w_o=50.0, split=split, guard=False)
+    params = CorrectionParams(w_o=50.0, split=split, guard=False, normal_radius=20.0)
     table = dict(zip(tokens, d_diff.tolist()))
-    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0)
+    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0,
+                              noise=Exact(), policy=LOOSE)
     _, res = _round(rounds, tokens, dist, presumed)
     ref = run_protocol(d_diff, dist, presumed, params)
     n = len(tokens)
@@ -51,8 +53,9 @@ def test_rows_without_a_correction_record_are_never_decided_on():
     lost = set(range(0, 2000, 7))                    # their correction records never arrived
     for i in lost:
         del table[tokens[i]]
-    params = CorrectionParams(w_o=50.0, guard=False)
-    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0)
+    params = CorrectionParams(w_o=50.0, guard=False, normal_radius=20.0)
+    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0,
+                              noise=Exact(), policy=LOOSE)
     _, res = _round(rounds, tokens, dist, presumed)
     assert res["missing"] == len(lost)
     decided = set(res["fp"]) | set(res["fn"])
@@ -62,14 +65,16 @@ def test_rows_without_a_correction_record_are_never_decided_on():
 def test_what_crosses_is_tokens_positions_and_scalars():
     tokens, d_diff, dist, presumed = _window(200)
     table = dict(zip(tokens, d_diff.tolist()))
-    rounds = CorrectionRounds(CorrectionParams(w_o=5.0), lambda ts: {t: table[t] for t in ts}, grace=0)
+    rounds = CorrectionRounds(CorrectionParams(w_o=5.0, normal_radius=20.0), lambda ts: {t: table[t] for t in ts}, grace=0,
+                              noise=Exact(), policy=LOOSE)
     split, res = _round(rounds, tokens, dist, presumed)
     assert set(split) == {"step", "round", "d_tp", "w_o"}
     assert set(res) <= {"step", "round", "fp", "fn", "fn_l1", "fn_l2", "fn_l3", "missing", "split_accepted"}
 
 
 def test_bad_messages_get_an_error_reply_not_a_crash():
-    rounds = CorrectionRounds(CorrectionParams(w_o=5.0), lambda ts: {}, grace=0)
+    rounds = CorrectionRounds(CorrectionParams(w_o=5.0, normal_radius=20.0), lambda ts: {}, grace=0,
+                              noise=Exact(), policy=LOOSE)
     reply = msg.decode(rounds.handle({"step": "rows", "round": 3, "i_l2": [], "i_l3": []}))
     assert reply["step"] == "error" and "resend presumed" in reply["reason"]
     reply = msg.decode(rounds.handle({"step": "presumed", "round": 4, "tokens": "!!", "presumed": []}))
@@ -108,10 +113,11 @@ def test_bands_round_equals_run_bands_and_leaves_unknown_rows_to_the_analyst():
     for i in lost:
         del table[tokens[i]]
     params = CorrectionParams(w_o=0.0, normal_radius=20.0)
-    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode="bands")
+    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode="bands",
+                              noise=Exact(), policy=LOOSE)
     bands = make_bands(dist, 30.0)
     res = msg.decode(rounds.handle(msg.decode(msg.encode(
-        "bands", 9, tokens=msg.tokens_field(tokens), width=bands.width, edges=[float(e) for e in bands.edges],
+        "bands", 9, window=1, final=True, tokens=msg.tokens_field(tokens), width=bands.width, edges=[float(e) for e in bands.edges],
         bands=bands.members))))
     assert res["step"] == "result" and res["missing"] == len(lost)
     assert set(res) == {"step", "round", "r", "unknown", "missing"}
@@ -125,8 +131,9 @@ def test_bands_round_equals_run_bands_and_leaves_unknown_rows_to_the_analyst():
 def test_a_server_refuses_the_other_modes_rounds(mode, opening):
     tokens, d_diff, dist, presumed = _window(200)
     table = dict(zip(tokens, d_diff.tolist()))
-    rounds = CorrectionRounds(CorrectionParams(w_o=5.0, normal_radius=20.0), lambda ts: table, grace=0, mode=mode)
-    body = {"step": opening, "round": 1, "tokens": msg.tokens_field(tokens), "presumed": [], "width": 10,
+    rounds = CorrectionRounds(CorrectionParams(w_o=5.0, normal_radius=20.0), lambda ts: table, grace=0, mode=mode,
+                              noise=Exact(), policy=LOOSE)
+    body = {"step": opening, "round": 1, "window": 1, "tokens": msg.tokens_field(tokens), "presumed": [], "width": 10,
             "edges": [], "bands": []}
     reply = msg.decode(rounds.handle(body))
     assert reply["step"] == "error" and "answers mode %r rounds only" % mode in reply["reason"]
@@ -134,9 +141,9 @@ def test_a_server_refuses_the_other_modes_rounds(mode, opening):
 
 def test_bands_mode_needs_a_normal_radius_and_a_known_mode():
     with pytest.raises(ValueError):
-        CorrectionRounds(CorrectionParams(w_o=5.0), lambda ts: {}, mode="bands")
+        CorrectionRounds(CorrectionParams(w_o=5.0), lambda ts: {}, mode="bands", noise=Exact(), policy=LOOSE)
     with pytest.raises(ValueError):
-        CorrectionRounds(CorrectionParams(w_o=5.0), lambda ts: {}, mode="secure")
+        CorrectionRounds(CorrectionParams(w_o=5.0), lambda ts: {}, mode="secure", noise=Exact(), policy=LOOSE)
 
 
 @pytest.mark.parametrize("bad", [
@@ -149,8 +156,9 @@ def test_bands_mode_needs_a_normal_radius_and_a_known_mode():
 ])
 def test_bad_bands_messages_get_an_error_reply(bad):
     tokens, d_diff, _, _ = _window(200)
-    rounds = CorrectionRounds(CorrectionParams(w_o=0.0, normal_radius=5.0), lambda ts: {}, grace=0, mode="bands")
-    reply = msg.decode(rounds.handle({"step": "bands", "round": 2, "tokens": msg.tokens_field(tokens), **bad}))
+    rounds = CorrectionRounds(CorrectionParams(w_o=0.0, normal_radius=5.0), lambda ts: {}, grace=0, mode="bands",
+                              noise=Exact(), policy=LOOSE)
+    reply = msg.decode(rounds.handle({"step": "bands", "round": 2, "window": 1, "tokens": msg.tokens_field(tokens), **bad}))
     assert reply["step"] == "error"
 
 
@@ -169,15 +177,12 @@ class _Loop:
     """The broker: the analyst's round messages go to the correction server's logic and back."""
 
     def __init__(self, analyst, rounds):
-        from dpsense.cloud.correction.fragments import Reassembler
         self.analyst, self.rounds = analyst, rounds
-        self._in = Reassembler()
+        self.wire = Wire()
 
     def publish(self, topic, payload, qos=0):
-        whole = self._in.feed(payload)
-        if whole is None:
-            return
-        reply = self.rounds.handle(msg.decode(whole))
+        body = self.wire.take(payload)
+        reply = self.rounds.handle(body) if body is not None else None
         if reply is not None:
             self.analyst._q.put(msg.decode(reply))
 
@@ -214,7 +219,8 @@ def test_analyst_window_round_in_each_mode(mode):
     from dpsense.cloud.analyst import AnalystParams
     xp, tokens, table, c, outlier = _fleet()
     params = CorrectionParams(w_o=200.0, split="noise", layers="provable", noise_scale=8.0, normal_radius=8.0)
-    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode=mode)
+    rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode=mode,
+                              noise=Exact(), policy=LOOSE)
     a = _analyst(AnalystParams(eps_q=10.0, min_samples=20, window=3000, mode=mode, band_width_q=100.0,
                                centre_q=(100.0, -50.0), skip_margin=-1.0), _Loop(None, rounds))
     store, w = _window_store(xp, tokens)
@@ -254,7 +260,8 @@ def test_mode_bands_holds_its_windows_until_the_profile_gives_width_and_centre()
     from dpsense.cloud.profile import DeviceProfile
     xp, tokens, table, c, outlier = _fleet()
     rounds = CorrectionRounds(CorrectionParams(w_o=0.0, normal_radius=8.0),
-                              lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode="bands")
+                              lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode="bands",
+                              noise=Exact(), policy=LOOSE)
     profile: list[DeviceProfile] = []
     a = _analyst(AnalystParams(eps_q=10.0, min_samples=20, window=3000, mode="bands"), _Loop(None, rounds),
                  profile=lambda: profile[0] if profile else None)
@@ -284,30 +291,39 @@ def test_without_the_provisioned_centre_there_is_no_round(mode):
 
 
 def test_the_server_refuses_rounds_until_its_parameters_are_known():
+    from fractions import Fraction
+
+    from dpsense.cloud.correction.honest import RoundLedger
     from dpsense.cloud.correction.server import CorrectionServer
     from dpsense.cloud.errors import UsageError
     from dpsense.cloud.ingest.service import Connection
     known: list[CorrectionParams] = []
+    key = dict(noise_key=b"k" * 32, epsilon=Fraction(1))
     server = CorrectionServer(Connection("127.0.0.1", 1, "correction", "x", "t"),
-                              lambda: known[0] if known else None, lambda: None, log=lambda s: None, mode="bands")
-    assert server._rounds(lambda ts: {}) is None
-    known.append(CorrectionParams(w_o=0.0))                 # no normal radius: mode bands cannot run
+                              lambda: known[0] if known else None, lambda: None, log=lambda s: None, mode="bands",
+                              **key)
+    assert server._rounds(lambda ts: {}, RoundLedger()) is None
+    known.append(CorrectionParams(w_o=0.0))                 # no normal radius: no noise, no round
     with pytest.raises(UsageError):
-        server._rounds(lambda ts: {})
+        server._rounds(lambda ts: {}, RoundLedger())
     known[0] = CorrectionParams(w_o=0.0, normal_radius=8.0)
-    rounds = server._rounds(lambda ts: {})
-    assert rounds is not None and rounds.mode == "bands"
+    rounds = server._rounds(lambda ts: {}, RoundLedger())
+    assert rounds is not None and rounds.mode == "bands" and rounds.noise.scale == 8.0
     with pytest.raises(ValueError):
         CorrectionServer(Connection("127.0.0.1", 1, "correction", "x", "t"), CorrectionParams(w_o=0.0),
-                         lambda: None, mode="bands")
+                         lambda: None, mode="bands", **key)
+    with pytest.raises(UsageError):
+        CorrectionServer(Connection("127.0.0.1", 1, "correction", "x", "t"), lambda: None,
+                         lambda: None, mode="bands", noise_key=b"k" * 32, epsilon=Fraction(0))
 
 
 def test_bad_secure_messages_get_an_error_reply():
     import base64
     tokens, d_diff, dist, presumed = _window(200)
     table = dict(zip(tokens, d_diff.tolist()))
-    rounds = CorrectionRounds(CorrectionParams(w_o=0.0, normal_radius=5.0), lambda ts: table, grace=0, mode="secure")
-    opening = {"step": "secure-open", "round": 1, "tokens": msg.tokens_field(tokens), "bits": 32,
+    rounds = CorrectionRounds(CorrectionParams(w_o=0.0, normal_radius=5.0), lambda ts: table, grace=0, mode="secure",
+                              noise=Exact(), policy=LOOSE)
+    opening = {"step": "secure-open", "round": 1, "window": 1, "tokens": msg.tokens_field(tokens), "bits": 32,
                "a": base64.b64encode(bytes(256)).decode()}                # zero is no group element
     twice = msg.tokens_field(tokens[:3] + tokens[:1])
     for body in (opening, dict(opening, bits=16), dict(opening, a="***"), dict(opening, tokens=twice),

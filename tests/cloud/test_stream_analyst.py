@@ -20,6 +20,7 @@ from dpsense.cloud.correction.rules import CorrectionParams
 from dpsense.cloud.correction.server import CorrectionRounds
 from dpsense.cloud.ingest.service import Connection
 from dpsense.cloud.storage import AnalystStore, Reading, open_analyst_store
+from tests.cloud.roundkit import LOOSE, Exact, Wire
 from dpsense.cloud.windows import WindowSpec
 
 MIN_SAMPLES = 10            # floor: 20 readings
@@ -40,16 +41,19 @@ class InProcessServer:
     def __init__(self, d_diff: dict[bytes, int]) -> None:
         self.d_diff = d_diff
         self.down = False
-        self.rounds = CorrectionRounds(CorrectionParams(w_o=200.0),
-                                       lambda ts: {t: d_diff[t] for t in ts if t in d_diff}, grace=0)
+        self.rounds = CorrectionRounds(CorrectionParams(w_o=200.0, normal_radius=10.0),
+                                       lambda ts: {t: d_diff[t] for t in ts if t in d_diff}, grace=0,
+                                       noise=Exact(), policy=LOOSE)
+        self.wire = Wire()
         self.analyst: Analyst | None = None
         self.alerts: list[tuple[str, dict[str, Any]]] = []
 
     def publish(self, topic: str, payload: bytes, qos: int = 0) -> None:
         assert self.analyst is not None
         if topic == topics.ROUND_TO_CS:
-            if not self.down:
-                reply = self.rounds.handle(msg.decode(payload))
+            body = self.wire.take(payload)
+            if not self.down and body is not None:
+                reply = self.rounds.handle(body)
                 if reply is not None:
                     self.analyst._q.put(msg.decode(reply))
         else:
@@ -60,6 +64,8 @@ def make_analyst(store: AnalystStore, server: InProcessServer, clock: Clock, win
                  **kw: Any) -> tuple[Analyst, list[str]]:
     logs: list[str] = []
     kw.setdefault("centre_q", (0.0, 0.0))      # the fleet's provisioned centre
+    kw.setdefault("min_round", 2)
+    kw.setdefault("min_presumed", 1)
     params = AnalystParams(eps_q=60.0, min_samples=MIN_SAMPLES, window=window, round_timeout=0.2, **kw)
     a = Analyst(Connection("127.0.0.1", 1, "analyst", "x", "t"), lambda: store, params, log=logs.append,
                 clock=clock)

@@ -412,3 +412,32 @@ def test_broker_run_exits_when_its_mosquitto_is_killed(tmp_path):
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert re.match(r"dpsense broker: mosquitto \(pid %s\) was killed by SIGKILL \(log: " % m.group(1), err), err
     assert took < 3.0
+
+
+def test_the_broker_refuses_a_packet_over_its_limit_and_passes_a_chunked_round(broker):
+    """max_packet_size is MAX_PACKET (64 KiB): a 70,000-byte publish is dropped with its
+    connection; a 1.1 MB round message in chunks (cloud/correction/chunks.py) arrives whole."""
+    import os
+
+    from dpsense.cloud.correction import chunks
+    assert "max_packet_size %d" % chunks.MAX_PACKET in broker.conf_path.read_text()
+    cs = Peer(broker, "correction")
+    cs.subscribe(topics.ROUND_TO_CS)
+    analyst = Peer(broker, "analyst")
+    info = analyst.c.publish(topics.ROUND_TO_CS, os.urandom(70_000), qos=1)
+    try:
+        info.wait_for_publish(5)
+    except RuntimeError:
+        pass        # the broker closed the connection
+    assert _wait_for(lambda: analyst.disconnects, 5)
+    analyst.close()
+    analyst = Peer(broker, "analyst", client_id="t-analyst-2")
+    payload = os.urandom(1_100_000)
+    for part in chunks.split(payload):
+        analyst.c.publish(topics.ROUND_TO_CS, part, qos=1).wait_for_publish(5)
+    joiner = chunks.Reassembler()
+    assert _wait_for(lambda: len(cs.got) >= len(chunks.split(payload)))
+    whole = [w for w in (joiner.feed(p) for _, p in cs.got) if w is not None]
+    assert whole == [payload] and all(len(p) <= chunks.CHUNK_SIZE for _, p in cs.got)
+    analyst.close()
+    cs.close()

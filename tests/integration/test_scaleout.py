@@ -1,6 +1,8 @@
 """Scale-out on one Mosquitto and one PostgreSQL (docs/scale-out.md): three ingest workers share the
 readings and two the correction records through MQTT shared subscriptions, two analysts claim the
-device groups' windows through the database, two correction servers share the rounds (mode bands).
+device groups' windows through the database, two correction servers share the rounds (mode bands):
+each gets every round's chunks and answers the rounds it claims in the correction database, where
+their one round ledger is.
 One worker of each kind (reading ingest, correction ingest, analyst, correction server) is killed
 with SIGKILL mid-stream and started again: every reading and every correction record is stored
 once, and every window is scored once."""
@@ -92,7 +94,8 @@ class Fleet:
 
     def correction_server(self, k: int) -> None:
         name = "correction-%d" % k
-        ready = "correction server: subscribed to $share/correction/"
+        # Not a shared subscription: every server gets every chunk and answers the rounds it claims.
+        ready = "correction server: subscribed to dpsense/round/to-cs (worker correction-%d" % k
         before = self.log(name).count(ready)
         self.service(name, "correction", "correction-server", "--worker", str(k), "--no-ingest")
         assert _wait(lambda: self.log(name).count(ready) > before, 40), self.log(name)
@@ -195,6 +198,15 @@ def test_three_ingest_workers_and_two_analysts_survive_a_kill_of_one_of_each(fle
     line = next(x for x in status.stdout.splitlines() if x.startswith("partitions"))
     for owner in set(claims.values()):
         assert "%s: %s" % (owner, ", ".join(sorted(g for g, o in claims.items() if o == owner))) in line
+    # One round ledger for both correction servers: windows answered, rounds claimed by the servers
+    # only, and no honest analyst's window refused as a repeat or an overlap across the two.
+    with psycopg.connect(fleet.correction_db, autocommit=True) as conn:
+        answered = conn.execute("SELECT count(*) FROM dpsense_round_windows").fetchone()[0]
+        owners = {o for (o,) in conn.execute("SELECT DISTINCT owner FROM dpsense_round_claims")}
+        refused = dict(conn.execute("SELECT code, n FROM dpsense_round_refusals").fetchall())
+    assert answered >= 1 and owners and owners <= {"correction-1", "correction-2"}, (answered, owners)
+    assert not set(refused) & {"overlap", "subset", "repeated"}, refused
+    assert "rounds      %d windows answered" % answered in status.stdout
 
 
 def _client(broker: Broker, user: str, password: str, got: list[tuple[str, bytes]] | None = None) -> mqtt.Client:

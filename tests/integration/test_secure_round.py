@@ -1,20 +1,25 @@
 """Mode secure over a real Mosquitto: the correction server's loop and the analyst's round,
-every MQTT message at most 64 KiB, and R equal to the plaintext predicate."""
+every MQTT message a chunk of at most 32 KiB (under the broker's 64 KiB packet limit), and R
+equal to the plaintext predicate on the server's noisy d_diff (its input to the comparison)."""
 from __future__ import annotations
 
 import shutil
 import threading
 import time
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from dpsense.cloud.broker import Broker, free_port
-from dpsense.cloud.correction import fragments
+from dpsense.cloud.correction import chunks
+from dpsense.cloud.correction.chunks import MAX_PACKET
+from dpsense.cloud.correction.honest import RecordNoise, RoundPolicy
 from dpsense.cloud.correction.secure import candidates
 
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
                                 reason="Debian package 'mosquitto' is not installed")
+KEY = bytes(range(32))
 
 
 class _Table:
@@ -46,7 +51,8 @@ def test_secure_round_over_mosquitto(tmp_path):
     with broker.running():
         server = CorrectionServer(Connection(broker.host, broker.port, "correction", pw_c, "correction"),
                                   CorrectionParams(w_o=0.0, normal_radius=rho), lambda: _Table(table),
-                                  log=lambda s: None, mode="secure")
+                                  log=lambda s: None, mode="secure", noise_key=KEY, epsilon=Fraction(1),
+                                  policy=RoundPolicy(min_window=100, min_presumed=1))
         sent: list[int] = []
         publish = server._client.publish
         server._client.publish = lambda topic, payload, qos=0: (sent.append(len(payload)), publish(
@@ -66,15 +72,20 @@ def test_secure_round_over_mosquitto(tmp_path):
             while not server.session.up.is_set() and time.monotonic() < deadline:
                 time.sleep(0.05)
             time.sleep(0.5)                    # both subscriptions are sent on connect
-            r, fp, fn, res = analyst._secure_round(1, tokens, presumed, dist, n)
+            r, fp, fn, res = analyst._secure_round(1, 7, True, tokens, presumed, dist, n)
         finally:
             stop.set()
             th.join(10)
             analyst._client.disconnect()
             analyst._client.loop_stop()
-    d_all = d.astype(float).copy()
-    known = candidates(d_all[10:], dist[10:], rho) + 10
+    noise = RecordNoise(KEY, rho, Fraction(1))
+    shifted = rho + noise.margin(CorrectionParams(w_o=0.0).alpha)
+    d_noisy = noise.noisy(tokens[10:], d[10:].astype(float))
+    known = candidates(d_noisy, dist[10:], shifted) + 10
+    # The noise is in the answer: the exact d_diff gives another R (a server on the exact
+    # values would leak more than epsilon_A, docs/privacy.md).
+    assert not np.array_equal(known, candidates(d[10:].astype(float), dist[10:], shifted) + 10)
     assert r.tolist() == sorted(set(known.tolist()) | {0, 1, 2})      # unknown rows keep O'
     assert res["missing"] == 10
-    assert max(sent) <= fragments.LIMIT and len(sent) > 4             # the big parts went as fragments
+    assert max(sent) <= chunks.CHUNK_SIZE < MAX_PACKET and len(sent) > 4     # the big parts went as chunks
     assert server.rounds_done == 1

@@ -204,3 +204,23 @@ def test_stimulus_replaces_the_adc_of_a_board_that_has_one():
     # the Pico keeps its records in a ring until the gateway acknowledges them
     assert (c["ring_path"], c["ring_records"], c["ring_bytes"]) == ("ring.bin", 64, 16384)
     assert "broker_host" not in c
+
+
+def test_epsilon_cs_is_optional_validated_and_counted_in_the_caps():
+    assert validate(_base(), UNIX)["epsilon_cs"] is None
+    assert validate(_with(epsilon_cs="0.25"), UNIX)["epsilon_cs"] == (1, 4)
+    for bad in ("0", "-1", 1, "x"):
+        try:
+            validate(_with(epsilon_cs=bad), UNIX)
+        except ConfigError as e:
+            assert str(e).startswith("epsilon_cs: "), str(e)
+        else:
+            raise AssertionError("accepted epsilon_cs %r" % (bad,))
+    # One record costs 2 x 0.5 + 0.5 = 1.5: a window cap of 1 is below it.
+    try:
+        validate(_with(epsilon_cs="0.5", window_cap="1"), UNIX)
+    except ConfigError as e:
+        assert str(e).startswith("window_cap: ") and "epsilon_cs 0.5" in str(e), str(e)
+    else:
+        raise AssertionError("accepted a window cap below one record with epsilon_cs")
+    assert validate(_with(epsilon_cs="0.5", window_cap="1.5"), UNIX)["window_cap"] == (3, 2)
