@@ -86,7 +86,7 @@ class FleetEncoder:
             _, out, dd = self._mechs[d].perturb([int(v) for v in raw_q[i]])
             tok = new_token(self._rngs[d])
             readings.append(wire.encode_reading(d + 1, self.boot_id, self._seq[d], tok, self.profile.config_id, out))
-            corrections.append(wire.encode_correction(tok, dd))
+            corrections.append(wire.encode_correction(d + 1, self.boot_id, self._seq[d], tok, dd))
             dev_ids[i] = d + 1
             seqs[i] = self._seq[d]
             released[i] = out

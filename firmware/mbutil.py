@@ -61,7 +61,7 @@ def pack(rb, cb, tok, y, dd, dev, boot, seq, cfg_id):
                      tok, cfg_id)
     for j in range(len(y)):
         put32(rb, READING_HEAD_SIZE + 4 * j, y[j])
-    struct.pack_into(CORRECTION, cb, 0, VERSION, KIND_CORRECTION, 0, tok, 0)
+    struct.pack_into(CORRECTION, cb, 0, VERSION, KIND_CORRECTION, 0, dev, boot, seq, tok, 0)
     put32(cb, CORRECTION_SIZE - 4, dd)
 
 
@@ -85,7 +85,7 @@ def emit(rng, cols, lap, centre, ln, n, rb, cb, dev, boot, seq, cfg_id, d):
     a = frame(rb)
     b = frame(cb)
     # the name: the token's first hex digits in the correction's line, after "~" and the
-    # 4 bytes before the token (the record ends with the token and the int32 d_diff)
+    # clear header before the token (the record ends with the token and the int32 d_diff)
     t = 1 + 2 * (CORRECTION_SIZE - 4 - TOKEN_SIZE)
     f = open(d + str(bytes(b[t:t + NAME]), "ascii"), "wb")
     f.write(a)          # two writes, not one joined copy: bytes the heap may not have

@@ -63,7 +63,8 @@ class Node:
         seq = self.seq
         n = wire.encode_reading_into(self._rbuf, self.device_id, self.boot_id, seq, tok,
                                      self.config_id, out)
-        wire.encode_correction_into(self._cbuf, tok, _clamp_i32(d_diff))
+        wire.encode_correction_into(self._cbuf, self.device_id, self.boot_id, seq, tok,
+                                    _clamp_i32(d_diff))
         self.send(bytes(self._rbuf[:n]), bytes(self._cbuf))
         self.seq = seq + 1
         return seq

@@ -35,7 +35,7 @@ def by_token(pubs: list[Publish]) -> dict[bytes, list[Publish]]:
     out: dict[bytes, list[Publish]] = defaultdict(list)
     for p in pubs:
         if p.topic == topics.CORRECTIONS:
-            out[wire.decode_correction(p.payload)[0]].append(p)
+            out[wire.decode_correction(p.payload)[3]].append(p)
     return out
 
 

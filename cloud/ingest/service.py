@@ -10,6 +10,10 @@ before the commit leaves the messages unacknowledged, so the broker redelivers t
 to the same persistent session; storage is idempotent on (device, boot, seq) or token,
 so a redelivery after a crash between commit and acknowledgement stores nothing twice.
 
+After the commit and before the PUBACKs, ``acks.Acknowledger`` tells each device which of
+the batch's records the store now holds (docs/protocol.md 3.1); a board keeps a record until
+both of its records are acknowledged so, never on the broker's PUBACK alone.
+
 PUBACKs carry per-connection packet ids: after a reconnect, messages received on the
 old connection are not acknowledged (the broker redelivers them; storing is idempotent).
 
@@ -34,6 +38,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from dpsense.cloud import topics
 from dpsense.cloud.errors import DpsenseError, ServiceError, StorageUnavailable, UsageError
+from dpsense.cloud.ingest.acks import Acknowledger
 from dpsense.cloud.ingest.classify import classify_correction, classify_reading
 from dpsense.cloud.session import Session
 from dpsense.cloud.storage.repository import DeadLetter
@@ -72,6 +77,7 @@ class IngestStats:
     dead: int = 0
     batches: int = 0
     reconnects: int = 0
+    acked: int = 0                  # records acknowledged to their devices (resends included)
     started: float = field(default_factory=time.monotonic)
 
 
@@ -132,7 +138,9 @@ class IngestService:
 
     def __init__(self, conn: Connection, topic_filter: str, classify: Callable[[str, bytes, float], Any],
                  store: Any, batch_size: int = 500, batch_wait: float = 0.05,
-                 log: Callable[[str], None] | None = None, progress_every: float = 5.0) -> None:
+                 log: Callable[[str], None] | None = None, progress_every: float = 5.0,
+                 acknowledger: Callable[[Any, Callable[[str, bytes], None]], Acknowledger] | None = None
+                 ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self.conn = conn
@@ -148,14 +156,21 @@ class IngestService:
         self._gen = 0
         self.session = Session(conn, "ingest", self.log)
         self._client = self._make_client()
+        self.acker = acknowledger(store, self._publish_ack) if acknowledger is not None else None
 
     @classmethod
     def for_analyst(cls, conn: Connection, store: Any, **kw: Any) -> "IngestService":
+        kw.setdefault("acknowledger", Acknowledger.for_readings)
         return cls(conn, topics.READINGS_ALL, classify_reading, store, **kw)
 
     @classmethod
     def for_correction(cls, conn: Connection, store: Any, **kw: Any) -> "IngestService":
+        kw.setdefault("acknowledger", Acknowledger.for_corrections)
         return cls(conn, topics.CORRECTIONS, classify_correction, store, **kw)
+
+    def _publish_ack(self, topic: str, payload: bytes) -> None:
+        # QoS 0: a lost acknowledgement costs the board a resend, which is acknowledged again.
+        self._client.publish(topic, payload, qos=0)
 
     # -- paho callbacks (network thread) ------------------------------------------------
     def _make_client(self) -> mqtt.Client:
@@ -229,6 +244,15 @@ class IngestService:
         s.duplicates += len(records) - inserted - conflicts
         s.dead += len(dead) + conflicts
         s.batches += 1
+        if self.acker is not None:
+            try:
+                self.acker.after_commit(records)
+                s.acked = self.acker.acked
+            except RETRYABLE as e:
+                # The records are committed; unacknowledged, their boards resend them and the
+                # next batch acknowledges the duplicates.
+                self.log("ingest: acknowledgement of %d records skipped (%s: %s)"
+                         % (len(records), type(e).__name__, e))
         gen = self._gen
         for m in batch:
             if m.qos > 0 and m.gen == gen:
@@ -268,5 +292,5 @@ class IngestService:
     def _progress(self) -> None:
         s = self.stats
         rate = s.received / max(1e-9, time.monotonic() - s.started)
-        self.log("ingest %s: %d received, %d stored, %d duplicates, %d dead letters (%.0f msg/s)"
-                 % (self.topic_filter, s.received, s.stored, s.duplicates, s.dead, rate))
+        self.log("ingest %s: %d received, %d stored, %d duplicates, %d dead letters, %d acknowledged"
+                 " (%.0f msg/s)" % (self.topic_filter, s.received, s.stored, s.duplicates, s.dead, s.acked, rate))

@@ -209,6 +209,14 @@ class StreamTables(TokenListing):
         return {name: float(found.get(name, 0.0)) for name in sorted(set(COUNTERS) | set(found))
                 if not name.startswith(SET_APART_PREFIX)}
 
+    def stored_tokens(self, device_id: int, boot_id: int, first: int, last: int) -> dict[int, bytes]:
+        """``seq -> token`` of the stored readings of one boot with seq in ``first..last``: what
+        the acknowledgement (cloud/ingest/acks.py) reads back after a commit, by the unique key."""
+        rows = self._rows("read stored readings for an acknowledgement", self._q(
+            "SELECT seq, token FROM readings WHERE device_id = ? AND boot_id = ? AND seq BETWEEN ? AND ?"),
+            (device_id, boot_id, first, last))
+        return {int(s): bytes(t) for s, t in rows}
+
     # -- arrival ------------------------------------------------------------------------------------
     def max_row_id(self) -> int:
         """The newest reading's row id (0 when there is none): an index lookup, whatever the size."""

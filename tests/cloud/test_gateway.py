@@ -10,7 +10,7 @@ from dpsense.protocol.framing import frame
 
 TOKEN = bytes(range(8))
 READING = wire.encode_reading(7, 1, 0, TOKEN, 3, [1200, -5])
-CORRECTION = wire.encode_correction(TOKEN, 4)
+CORRECTION = wire.encode_correction(7, 1, 42, TOKEN, 4)
 
 
 def _gateway():
@@ -109,7 +109,7 @@ def test_a_poll_gets_at_most_two_acknowledgements_so_the_board_uart_never_overru
     gw, pubs, _ = _tracking()
     tokens = [bytes([i]) * 8 for i in range(5)]
     for i, t in enumerate(tokens):
-        gw.feed(frame(wire.encode_reading(7, 1, i, t, 3, [i])) + frame(wire.encode_correction(t, i)))
+        gw.feed(frame(wire.encode_reading(7, 1, i, t, 3, [i])) + frame(wire.encode_correction(7, 1, i, t, i)))
     for mid in range(1, 11):
         gw.acked(mid)
     answers = []
@@ -126,8 +126,8 @@ def test_a_poll_with_a_count_gets_up_to_that_many_and_a_waiting_record_is_acked_
     gw, pubs, _ = _tracking()
     tokens = [bytes([i]) * 8 for i in range(5)]
     for i, t in enumerate(tokens):
-        gw.feed(frame(wire.encode_reading(7, 1, i, t, 3, [i])) + frame(wire.encode_correction(t, i)))
-    gw.feed(frame(wire.encode_reading(7, 1, 0, tokens[0], 3, [0])) + frame(wire.encode_correction(tokens[0], 0)))
+        gw.feed(frame(wire.encode_reading(7, 1, i, t, 3, [i])) + frame(wire.encode_correction(7, 1, i, t, i)))
+    gw.feed(frame(wire.encode_reading(7, 1, 0, tokens[0], 3, [0])) + frame(wire.encode_correction(7, 1, 0, tokens[0], 0)))
     for mid in range(1, 13):                              # record 0 twice: resent while waiting
         gw.acked(mid)
     gw.feed(b"!3\n")
@@ -269,7 +269,7 @@ def _acking_gateway():
 def _stored(pubs):
     """What the cloud keeps: readings by (device, boot, seq), corrections by token."""
     readings = {wire.decode_reading(p)[:3]: p for t, p in pubs if t == "dpsense/readings/d7"}
-    corrections = {wire.decode_correction(p)[0]: p for t, p in pubs if t == "dpsense/corrections"}
+    corrections = {wire.decode_correction(p)[3]: p for t, p in pubs if t == "dpsense/corrections"}
     return readings, corrections
 
 

@@ -53,7 +53,7 @@ def _records(n: int) -> Encoded:
     seq = np.array([i // DEVICES for i in range(n)])
     readings = [wire.encode_reading(int(dev[i]), 1, int(seq[i]), i.to_bytes(8, "little"), 1, [i, -i])
                 for i in range(n)]
-    corrections = [wire.encode_correction(i.to_bytes(8, "little"), i) for i in range(n)]
+    corrections = [wire.encode_correction(int(dev[i]), 1, int(seq[i]), i.to_bytes(8, "little"), i) for i in range(n)]
     empty = np.zeros((n, 2), dtype=np.int64)
     return Encoded(dev, seq, readings, corrections, empty, empty)
 

@@ -265,8 +265,8 @@ def _drive(tr: Transport, out: bytearray, rows: list[list[int]], timeout: float 
         assert time.monotonic() < deadline, "no end of run; got %r" % bytes(out[-300:])
         out += tr.read_some(0.2)
         lines = bytes(out).split(b"\n")[:-1]
-        corrections = [ln for ln in lines if ln.startswith(b"~0102")]
-        acks += [b"!" + ln[9:25] + b"\n" for ln in corrections[seen:]]
+        corrections = [ln for ln in lines if ln.startswith(b"~0202")]
+        acks += [b"!" + ln[33:49] + b"\n" for ln in corrections[seen:]]
         seen = len(corrections)
         for _ in range(lines.count(b"!") - polls):
             tr.write(b"".join(acks[:2]) + b"!\n")
@@ -307,7 +307,7 @@ def test_microbit_node_runs_three_columns_from_a_checked_config(
     console = _expanded(text)
     assert "stimulus done: 40 readings, 40 released" in console
     assert "idle: all 40 records acknowledged (0 resent)" in console
-    assert text.count(b"\n~0101") == 40
+    assert text.count(b"\n~0201") == 40
     # the boot event carries the project's version, and the heap left with three columns
     from dpsense.cloud.gateway.events import parse_event
     from dpsense.protocol import __version__

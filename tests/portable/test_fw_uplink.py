@@ -1,4 +1,5 @@
 """firmware/uplink.py with a fake broker socket: resends after a loss are the stored bytes, DUP set."""
+from shared_protocol import wire
 from tests.portable import fwutil
 from ring import Ring
 from mqtt import MQTTClient
@@ -54,8 +55,11 @@ class _Opener:
         return s
 
 
-def _rec(i):
-    return bytes([1, 1, 1, 0]) + bytes([i]) * 26, bytes([1, 2, 0, 0]) + bytes([i + 100]) * 12
+def _rec(i, boot=1):
+    """Record ``i`` of device 7: seq i of ``boot``, one value, token of i."""
+    tok = bytes([i]) * 8
+    return (wire.encode_reading(7, boot, i, tok, 0, [i]),
+            wire.encode_correction(7, boot, i, tok, i + 100))
 
 
 def _setup(name, max_inflight=8):
