@@ -24,6 +24,7 @@ CONFIG_ID_MAX = 0xFFFF       # a u16 field
 # then ncols little-endian int32 values.
 READING_HEAD = "<BBBBIII8sH"
 READING_HEAD_SIZE = 26
+READING_KEY_AT = 8           # boot_id u32 then seq u32 start here in a reading record
 # version, kind, reserved u16, device_id, boot_id, seq (those of its reading), token
 # (TOKEN_SIZE), d_diff int32. The first CORRECTION_HEAD_SIZE bytes are the clear header.
 CORRECTION = "<BBHIII8si"

@@ -41,6 +41,17 @@ def _puback(pid):
     return bytes([0x40, 2, pid >> 8, pid & 0xFF])
 
 
+def _ack(of, seqs, boot=1, topic=b"dpsense/ack/d7"):
+    """The cloud's acknowledgement of ``seqs`` as a QoS 0 PUBLISH from the broker."""
+    body = bytes([0, len(topic)]) + topic + wire.encode_acks(of, 7, boot, wire.seq_ranges(seqs))[0]
+    return bytes([0x30, len(body)]) + body
+
+
+def _commit(sock, o, part):
+    """The cloud committed message ``part`` of record ``o`` (seq o, boot 1)."""
+    sock.feed(_ack(wire.KIND_READING if part == 0 else wire.KIND_CORRECTION, [o]))
+
+
 class _Opener:
     def __init__(self):
         self.socks = []
@@ -68,7 +79,7 @@ def _setup(name, max_inflight=8):
     ring = Ring(p, 30, 16, 1 << 20)
     client = MQTTClient("dpsense-d7", "d7", "pw", 60, clock=clock)
     op = _Opener()
-    up = Uplink(client, ring, op, b"dpsense/readings/d7", b"dpsense/status/d7", clock,
+    up = Uplink(client, ring, op, b"dpsense/readings/d7", b"dpsense/status/d7", b"dpsense/ack/d7", clock,
                 fwutil.RandomBits(), max_inflight, 5000, 250, 2000, None, lambda s: None)
     return p, clock, ring, op, up
 
@@ -86,7 +97,11 @@ def test_publishes_both_messages_of_each_record_and_acks_free_the_ring():
     assert [x[4] for x in pubs[:2]] == list(_rec(0))
     op.socks[0].feed(_puback(record_pid(0, 0)) + _puback(record_pid(0, 1)) + _puback(record_pid(1, 0)))
     up.service()
+    assert (ring.pending, ring.tail, len(up.inflight)) == (3, 0, 3)    # the broker's word is not enough
+    op.socks[0].feed(_ack(wire.KIND_READING, [0, 1]) + _ack(wire.KIND_CORRECTION, [0]))
+    up.service()
     assert (ring.pending, ring.tail, ring.parts(1)) == (2, 1, 2)
+    assert up.acks == 2
     ring.close()
     fwutil.remove(p)
 
@@ -98,6 +113,7 @@ def test_after_a_loss_unacknowledged_messages_are_resent_identically_with_dup():
     up.service()
     first = {x[3]: x for x in _packets(op.socks[0].tx) if x[0] == 0x30}
     op.socks[0].feed(_puback(record_pid(0, 0)) + _puback(record_pid(0, 1)) + _puback(record_pid(1, 0)))
+    op.socks[0].feed(_ack(wire.KIND_READING, [0, 1]) + _ack(wire.KIND_CORRECTION, [0]))
     up.service()
     op.socks[0].hang_up()
     up.service()                          # notices the loss
@@ -155,7 +171,7 @@ def test_records_found_in_the_ring_at_boot_go_out_with_dup():
     p2, clock, unused, op, _ = _setup("up5-unused")
     unused.close()
     ring = Ring(p, 30, 16, 1 << 20)
-    up = Uplink(MQTTClient("c", "d7", "pw", 60, clock=clock), ring, op, b"r", b"s", clock,
+    up = Uplink(MQTTClient("c", "d7", "pw", 60, clock=clock), ring, op, b"r", b"s", b"a", clock,
                 fwutil.RandomBits(), log=lambda s: None)
     up.service()
     pubs = [x for x in _packets(op.socks[0].tx) if x[0] == 0x30]
@@ -244,12 +260,13 @@ def test_wifi_loss_holds_records_and_reconnects_wifi_then_the_broker():
     op = _Opener()
     logs = []
     up = Uplink(MQTTClient("dpsense-d7", "d7", "pw", 60, clock=clock), ring, op,
-                b"dpsense/readings/d7", b"dpsense/status/d7", clock, fwutil.RandomBits(), 8, 5000,
+                b"dpsense/readings/d7", b"dpsense/status/d7", b"dpsense/ack/d7", clock, fwutil.RandomBits(), 8, 5000,
                 250, 2000, link, logs.append)
     ring.put(*_rec(0))
     up.service()
     assert up.up and net.connects == 1 and len(op.socks) == 1
     op.socks[0].feed(_puback(record_pid(0, 0)) + _puback(record_pid(0, 1)))
+    op.socks[0].feed(_ack(wire.KIND_READING, [0]) + _ack(wire.KIND_CORRECTION, [0]))
     up.service()
     ring.put(*_rec(1))
     up.service()                              # record 1 out, not acknowledged

@@ -315,6 +315,10 @@ class FakeStore:
         self.rows.extend(records)
         return len(records)
 
+    def lookup(self, tokens):
+        """What the acknowledgement reads back after a commit (cloud/ingest/acks.py)."""
+        return {c.token: c.d_diff for c in self.rows if c.token in tokens}
+
 
 def _ingest(store) -> tuple[IngestService, list[str]]:
     logs: list[str] = []
