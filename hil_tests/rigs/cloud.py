@@ -137,6 +137,19 @@ class CloudSide:
     def start_broker(self) -> None:
         self.broker.start()
 
+    def kill_broker(self) -> None:
+        """kill -9 of Mosquitto (what it had not yet saved is gone), then start it again on the
+        same port and store."""
+        self.broker.kill()
+        self.broker.start()
+
+    def kill_ingest(self, role: str) -> None:
+        """kill -9 of one ingest, then start it again on the same store and session."""
+        p = self._ingest[role]
+        p.kill()
+        p.wait()
+        self._start_ingest(role)
+
     def broker_log(self) -> str:
         p = self.broker.log_path
         return p.read_text(errors="replace") if p.exists() else ""
