@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -142,6 +143,10 @@ class CloudSide:
         same port and store."""
         self.broker.kill()
         self.broker.start()
+
+    def pause_ingest(self, role: str, paused: bool) -> None:
+        """SIGSTOP (or SIGCONT) one ingest: the broker queues what arrives meanwhile."""
+        os.kill(self._ingest[role].pid, signal.SIGSTOP if paused else signal.SIGCONT)
 
     def kill_ingest(self, role: str) -> None:
         """kill -9 of one ingest, then start it again on the same store and session."""
