@@ -128,7 +128,7 @@ class Gateway:
         else:
             self.stats.corrections += 1
             mid = self.publish(topics.CORRECTIONS, payload)
-            self.acks.track_record(mid, fields[0], kind)
+            self.acks.track_record(mid, fields[3], kind)
 
     def _event(self, line: bytes) -> None:
         try:

@@ -1,8 +1,8 @@
 """The end-to-end acknowledgement: after a commit, tell each device which of its records the
 cloud now holds (docs/protocol.md 3.1).
 
-    acker = Acknowledger.for_readings(store, publish)    # or .for_corrections(store, publish)
-    acker.after_commit(records)                          # publish(topic, payload) per message
+    acker = Acknowledger.for_readings(publish)      # or .for_corrections(publish)
+    acker.after_commit(store, records)              # publish(topic, payload) per message
 
 Guarantee: a record is acknowledged only if, after the batch's commit, the store holds it
 (read back from the database: a reading by its key ``(device, boot, seq)`` with the same
@@ -69,28 +69,27 @@ class Acknowledger:
     messages sent and records acknowledged (acknowledgements of resends included)."""
 
     def __init__(self, of: int, committed: Callable[[object, Sequence[object]], list[Key]],
-                 store: object, publish: Publish) -> None:
+                 publish: Publish) -> None:
         self.of = of
         self.committed = committed
-        self.store = store
         self.publish = publish
         self.published = 0
         self.acked = 0
 
     @classmethod
-    def for_readings(cls, store: object, publish: Publish) -> "Acknowledger":
-        return cls(wire.KIND_READING, committed_readings, store, publish)  # type: ignore[arg-type]
+    def for_readings(cls, publish: Publish) -> "Acknowledger":
+        return cls(wire.KIND_READING, committed_readings, publish)  # type: ignore[arg-type]
 
     @classmethod
-    def for_corrections(cls, store: object, publish: Publish) -> "Acknowledger":
-        return cls(wire.KIND_CORRECTION, committed_corrections, store, publish)  # type: ignore[arg-type]
+    def for_corrections(cls, publish: Publish) -> "Acknowledger":
+        return cls(wire.KIND_CORRECTION, committed_corrections, publish)  # type: ignore[arg-type]
 
-    def after_commit(self, records: Sequence[object]) -> int:
-        """Publish the acknowledgement of ``records`` the store holds; return the messages sent.
-        Call only after the batch's transaction committed."""
+    def after_commit(self, store: object, records: Sequence[object]) -> int:
+        """Publish the acknowledgement of ``records`` that ``store`` holds; return the messages
+        sent. Call only after the batch's transaction committed."""
         if not records:
             return 0
-        keys = self.committed(self.store, records)
+        keys = self.committed(store, records)
         msgs = messages(self.of, keys)
         for topic, payload in msgs:
             self.publish(topic, payload)

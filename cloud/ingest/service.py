@@ -139,7 +139,7 @@ class IngestService:
     def __init__(self, conn: Connection, topic_filter: str, classify: Callable[[str, bytes, float], Any],
                  store: Any, batch_size: int = 500, batch_wait: float = 0.05,
                  log: Callable[[str], None] | None = None, progress_every: float = 5.0,
-                 acknowledger: Callable[[Any, Callable[[str, bytes], None]], Acknowledger] | None = None
+                 acknowledger: Callable[[Callable[[str, bytes], None]], Acknowledger] | None = None
                  ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -156,7 +156,7 @@ class IngestService:
         self._gen = 0
         self.session = Session(conn, "ingest", self.log)
         self._client = self._make_client()
-        self.acker = acknowledger(store, self._publish_ack) if acknowledger is not None else None
+        self.acker = acknowledger(self._publish_ack) if acknowledger is not None else None
 
     @classmethod
     def for_analyst(cls, conn: Connection, store: Any, **kw: Any) -> "IngestService":
@@ -246,7 +246,7 @@ class IngestService:
         s.batches += 1
         if self.acker is not None:
             try:
-                self.acker.after_commit(records)
+                self.acker.after_commit(self.store, records)
                 s.acked = self.acker.acked
             except RETRYABLE as e:
                 # The records are committed; unacknowledged, their boards resend them and the

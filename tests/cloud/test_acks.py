@@ -39,10 +39,10 @@ def _acked(sent: list[tuple[str, bytes]]) -> dict[tuple[str, int, int, int], set
 
 def test_a_block_missing_in_the_middle_is_never_acknowledged(analyst: AnalystStore) -> None:
     sent: list[tuple[str, bytes]] = []
-    acker = Acknowledger.for_readings(analyst, lambda t, p: sent.append((t, p)))
+    acker = Acknowledger.for_readings(lambda t, p: sent.append((t, p)))
     batch = [reading(7, 1, s) for s in (0, 1, 2, 6, 7)] + [reading(8, 3, 5)]
     analyst.add_batch(batch, [])
-    assert acker.after_commit(batch) == 2
+    assert acker.after_commit(analyst, batch) == 2
     assert _acked(sent) == {("dpsense/ack/d7", 1, 7, 1): {0, 1, 2, 6, 7},
                             ("dpsense/ack/d8", 1, 8, 3): {5}}
     assert wire.decode_ack(sent[0][1])[3] == [(0, 2), (6, 7)]        # 3..5 never covered
@@ -51,12 +51,12 @@ def test_a_block_missing_in_the_middle_is_never_acknowledged(analyst: AnalystSto
 
 def test_only_records_the_store_holds_are_acknowledged(analyst: AnalystStore) -> None:
     sent: list[tuple[str, bytes]] = []
-    acker = Acknowledger.for_readings(analyst, lambda t, p: sent.append((t, p)))
+    acker = Acknowledger.for_readings(lambda t, p: sent.append((t, p)))
     stored = [reading(7, 1, s) for s in range(3)]
     analyst.add_batch(stored, [])
     never = reading(7, 1, 3)                               # not committed
     other = reading(7, 1, 1, token=token_of("other"))      # the key holds another record
-    acker.after_commit(stored + [never, other])
+    acker.after_commit(analyst, stored + [never, other])
     assert _acked(sent) == {("dpsense/ack/d7", 1, 7, 1): {0, 1, 2}}
 
 
@@ -68,17 +68,17 @@ def test_a_fresh_acknowledger_acknowledges_a_resend_after_a_restart(new_url: Cal
     sent: list[tuple[str, bytes]] = []
     with open_analyst_store(url) as store:                 # the ingest restarted
         store.add_batch(batch[1:3], [])                    # resends: duplicates
-        Acknowledger.for_readings(store, lambda t, p: sent.append((t, p))).after_commit(batch[1:3])
+        Acknowledger.for_readings(lambda t, p: sent.append((t, p))).after_commit(store, batch[1:3])
     assert _acked(sent) == {("dpsense/ack/d7", 1, 7, 1): {1, 2}}
 
 
 def test_corrections_are_acknowledged_by_their_header_when_held_with_the_same_d_diff(cs: CorrectionStore) -> None:
     sent: list[tuple[str, bytes]] = []
-    acker = Acknowledger.for_corrections(cs, lambda t, p: sent.append((t, p)))
+    acker = Acknowledger.for_corrections(lambda t, p: sent.append((t, p)))
     batch = [Correction(token_of(s), s, 1.0, 7, 2, s) for s in range(5)]
     cs.add_batch(batch[:4], [])
     conflicting = Correction(token_of(0), 99, 1.0, 7, 2, 0)
-    acker.after_commit(batch + [conflicting])
+    acker.after_commit(cs, batch + [conflicting])
     assert _acked(sent) == {("dpsense/ack/d7", 2, 7, 2): {0, 1, 2, 3}}
 
 
