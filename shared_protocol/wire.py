@@ -159,7 +159,7 @@ def decode_correction(buf):
 
 def seq_ranges(seqs):
     """Sorted inclusive ``(first, last)`` runs of the distinct ints in ``seqs``."""
-    out = []
+    out = []  # type: list[tuple[int, int]]
     for s in sorted(set(seqs)):
         if out and out[-1][1] + 1 == s:
             out[-1] = (out[-1][0], s)
@@ -177,7 +177,7 @@ def encode_acks(of, device_id, boot_id, ranges):
         raise ValueError("device_id 0 is reserved")
     _check_u("device_id", device_id, 32)
     _check_u("boot_id", boot_id, 32)
-    out = []
+    out = []  # type: list[bytes]
     for i in range(0, len(ranges), ACK_MAX_RANGES):
         part = ranges[i:i + ACK_MAX_RANGES]
         buf = bytearray(ACK_HEAD_SIZE + ACK_RANGE_SIZE * len(part))
@@ -209,7 +209,7 @@ def decode_ack(buf):
     if len(buf) != ACK_HEAD_SIZE + ACK_RANGE_SIZE * n:
         raise ProtocolError("acknowledgement with %d ranges must be %d bytes, got %d"
                             % (n, ACK_HEAD_SIZE + ACK_RANGE_SIZE * n, len(buf)))
-    ranges = []
+    ranges = []  # type: list[tuple[int, int]]
     for i in range(n):
         first, last = struct.unpack_from(ACK_RANGE, buf, ACK_HEAD_SIZE + ACK_RANGE_SIZE * i)
         if last < first:

@@ -13,7 +13,7 @@ def _blocks():
 
 def test_hex_dumps_match_vectors():
     dumps = [bytes.fromhex(b.replace("\n", " ")) for b in _blocks() if re.fullmatch(r"[0-9a-f \n]+", b)]
-    assert dumps == [vectors.READING_V2, vectors.CORRECTION_V2]
+    assert dumps == [vectors.READING_V2, vectors.CORRECTION_V2, vectors.ACK_V2, vectors.ACK_CORRECTIONS_V2]
 
 
 def test_frames_match_vectors():
