@@ -209,6 +209,24 @@ class StreamTables(TokenListing):
         return {name: float(found.get(name, 0.0)) for name in sorted(set(COUNTERS) | set(found))
                 if not name.startswith(SET_APART_PREFIX)}
 
+    def device_tokens(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint64]]:
+        """Every stored reading's device id and token (as ``token_array``), aligned, in row order."""
+        devs: list[npt.NDArray[np.int64]] = []
+        toks: list[npt.NDArray[np.uint64]] = []
+        after = 0
+        while True:
+            rows = self._rows("list tokens by device", self._q(
+                "SELECT row_id, device_id, token FROM readings WHERE row_id > ? ORDER BY row_id LIMIT ?"),
+                (after, _TOKEN_CHUNK))
+            if not rows:
+                break
+            devs.append(np.array([int(d) for _, d, _ in rows], dtype=np.int64))
+            toks.append(np.frombuffer(b"".join(bytes(t) for _, _, t in rows), dtype="<u8").astype(np.uint64))
+            after = rows[-1][0]
+        if not devs:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64)
+        return np.concatenate(devs), np.concatenate(toks)
+
     def stored_tokens(self, device_id: int, boot_id: int, first: int, last: int) -> dict[int, bytes]:
         """``seq -> token`` of the stored readings of one boot with seq in ``first..last``: what
         the acknowledgement (cloud/ingest/acks.py) reads back after a commit, by the unique key."""
