@@ -86,6 +86,16 @@ class Gateway:
     def acked(self, mid: int | None = None) -> None:
         self.acks.broker_acked(mid)
 
+    def committed(self, payload: bytes) -> None:
+        """An acknowledgement from the cloud on the device's topic (docs/protocol.md 3.1)."""
+        try:
+            of, device_id, boot_id, ranges = wire.decode_ack(payload)
+        except wire.ProtocolError as e:
+            self.log("gateway: acknowledgement ignored: %s" % e)
+            return
+        if topics.device_username(device_id) == self.device_user:
+            self.acks.committed(of, boot_id, ranges)
+
     def take_replies(self) -> bytes:
         """The lines to write to the board now (answers to its polls), oldest first."""
         return self.acks.take_replies()
@@ -121,6 +131,8 @@ class Gateway:
         except wire.ProtocolError as e:
             self._malformed(str(e))
             return
+        # Both records carry the reading's boot and seq, by which the cloud acknowledges them.
+        self.acks.track_key(fields[1], fields[2], fields[3])
         if kind == wire.KIND_READING:
             self.stats.readings += 1
             mid = self.publish(topics.READINGS % self.device_user, payload)
