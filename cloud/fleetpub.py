@@ -3,6 +3,7 @@
     pub = FleetPublisher(settings, passwords, devices)      # passwords: account -> password
     pub.connect()                                            # every device connected, or an error
     seconds = pub.publish(enc)                               # QoS 1; returns when every PUBACK is in
+    seconds = pub.publish(enc, committed=True)               # ... when the cloud committed every record
     pub.send([(device_id, topic, payload), ...])             # or stream messages and poll pub.acked
     pub.close()
 
@@ -20,6 +21,14 @@ take each other's session. Each simulated device therefore connects as its own d
 account (``d1``, ``d2``, ...), as a board does; ``Broker.add_devices`` makes the accounts and
 returns their passwords, which travel to the workers over their pipes and are kept nowhere.
 
+Books. Like a board (docs/protocol.md 3.1), each worker keeps every record of ``publish`` until
+the cloud has committed both of its records: each simulated device subscribes to its own
+acknowledgement topic, and a record whose acknowledgements are still missing
+``COMMIT_TIMEOUT_S`` after it was (re)sent is published again, the same bytes. ``committed``
+counts the records whose both acknowledgements arrived; ``publish(..., committed=True)`` waits
+for them. The books end with the worker: a worker's connection lost to a broker restart ends
+the run with an error, as before (boards reconnect; the simulator does not).
+
 Order. A device's messages leave in the order given, over its one connection, so the broker
 sees each device's readings and correction records in that order, as before. Messages of
 different devices interleave as the workers run.
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import os
 import select
+import struct
 import socket
 import subprocess
 import sys
@@ -44,6 +54,8 @@ from paho.mqtt.reasoncodes import ReasonCode
 
 from dpsense.cloud import topics
 from dpsense.cloud.config import Settings
+from dpsense.protocol import wire
+from dpsense.protocol.layout import READING_KEY_AT
 
 Message = tuple[int, str, bytes]        # (device id, topic, payload)
 
@@ -63,6 +75,7 @@ _CHUNK = 2000               # messages per pipe transfer to a worker
 _READ_EVERY = 64            # messages published between two looks at the sockets
 _REPORT_S = 0.02            # a worker reports its PUBACK count at most this often
 _INFLIGHT = 1000            # per connection, as the broker allows (cloud/broker.py)
+COMMIT_TIMEOUT_S = 5.0      # a record not committed this long after it was sent is sent again
 
 
 class FleetPublisher:
@@ -70,7 +83,7 @@ class FleetPublisher:
     one per device); see the module docstring."""
 
     def __init__(self, settings: Settings, passwords: dict[str, str], devices: int,
-                 processes: int | None = None) -> None:
+                 processes: int | None = None, commit_timeout_s: float = COMMIT_TIMEOUT_S) -> None:
         if devices < 1:
             raise ValueError("devices must be >= 1")
         if processes is not None and processes < 1:
@@ -78,6 +91,7 @@ class FleetPublisher:
         self.settings = settings
         self.devices = devices
         self.processes = min(devices, processes or os.cpu_count() or 1)
+        self.commit_timeout_s = commit_timeout_s
         self._accounts: list[list[tuple[int, str, str]]] = [[] for _ in range(self.processes)]
         for d in range(1, devices + 1):
             name = topics.device_username(d)
@@ -87,6 +101,7 @@ class FleetPublisher:
         self._pipes: list[Connection] = []
         self._procs: list[subprocess.Popen[bytes]] = []
         self._acked = 0
+        self._committed = 0
 
     def _worker_of(self, device_id: int) -> int:
         if not 1 <= device_id <= self.devices:
@@ -106,7 +121,7 @@ class FleetPublisher:
             self._pipes.append(pipe)
             self._procs.append(p)
             pipe.send((self.settings.broker_host, self.settings.broker_port, self.settings.tls_ca, accounts,
-                       timeout))
+                       timeout, self.commit_timeout_s))
         for pipe in self._pipes:
             reply = self._recv(pipe, timeout + 30)
             if reply[0] != "connected":
@@ -147,6 +162,8 @@ class FleetPublisher:
                     raise ConnectionError("a publisher process ended unexpectedly") from None
                 if kind == "acked":
                     self._acked += int(value)
+                elif kind == "committed":
+                    self._committed += int(value)
                 else:
                     raise ConnectionError(str(value))
 
@@ -156,12 +173,20 @@ class FleetPublisher:
         self._poll()
         return self._acked
 
+    @property
+    def committed(self) -> int:
+        """Records of ``publish`` whose both records the cloud acknowledged as committed."""
+        self._poll()
+        return self._committed
+
     def publish(self, enc: Records, progress: Callable[[int, int], None] | None = None,
-                timeout: float = 600.0) -> float:
+                timeout: float = 600.0, committed: bool = False) -> float:
         """Publish every record of ``enc`` (reading, then its correction record); seconds until
-        the last PUBACK arrived."""
+        the last PUBACK arrived (``committed``: until the cloud committed every record, which
+        needs both ingests running)."""
         n = len(enc.readings)
-        start = self.acked
+        count = (lambda: 2 * self.committed) if committed else (lambda: self.acked)
+        start = count()
         total = 2 * n
         step = max(1, n // 10)
         t0 = time.perf_counter()
@@ -170,14 +195,15 @@ class FleetPublisher:
         deadline = time.monotonic() + timeout
         said = 0
         while True:
-            done = self.acked - start
+            done = count() - start
             if progress and done // 2 // step > said // step:
                 said = done // 2 // step * step
                 progress(min(said, n), n)
             if done >= total:
                 break
             if time.monotonic() > deadline:
-                raise TimeoutError("only %d of %d messages acknowledged" % (done, total))
+                raise TimeoutError("only %d of %d messages %s" % (done, total, "committed" if committed
+                                                                  else "acknowledged"))
             for pipe in self._pipes:
                 pipe.poll(0.005)
         return time.perf_counter() - t0
@@ -203,11 +229,11 @@ class FleetPublisher:
 
 def _worker_main(pipe: Connection) -> None:
     try:
-        host, port, tls_ca, accounts, timeout = pipe.recv()
+        host, port, tls_ca, accounts, timeout, commit_timeout_s = pipe.recv()
     except EOFError:
         return
     try:
-        w = _Worker(pipe, host, port, tls_ca, accounts)
+        w = _Worker(pipe, host, port, tls_ca, accounts, commit_timeout_s)
         w.connect(timeout)
     except (OSError, ConnectionError, ValueError) as e:
         pipe.send(("error", "simulated devices could not connect to the broker at %s:%d: %s"
@@ -231,8 +257,9 @@ class _Worker:
     """The connections of some devices, driven from one thread by paho's external-loop calls."""
 
     def __init__(self, pipe: Connection, host: str, port: int, tls_ca: str | None,
-                 accounts: list[tuple[int, str, str]]) -> None:
+                 accounts: list[tuple[int, str, str]], commit_timeout_s: float = COMMIT_TIMEOUT_S) -> None:
         self.pipe = pipe
+        self.commit_timeout_s = commit_timeout_s
         self.host = host
         self.port = port
         self.clients: dict[int, mqtt.Client] = {}
@@ -241,6 +268,11 @@ class _Worker:
         self.acked = 0
         self.todo: deque[tuple[int, str, bytes]] = deque()
         self.reading_topic = {d: topics.READINGS % name for d, name, _ in accounts}
+        # device -> (boot, seq) -> [reading, correction, bits not committed (1, 2), last sent]
+        self.books: dict[int, dict[tuple[int, int], list[Any]]] = {d: {} for d, _, _ in accounts}
+        self.committed = 0
+        self.resent = 0
+        self.subscribed: set[str] = set()
         for d, name, password in accounts:
             c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=name, clean_session=True,
                             protocol=mqtt.MQTTv311)
@@ -251,6 +283,8 @@ class _Worker:
             c.max_queued_messages_set(0)
             c.on_publish = self._on_publish
             c.on_connect = self._on_connect
+            c.on_subscribe = self._on_subscribe
+            c.on_message = self._on_message
             c.user_data_set(name)
             self.clients[d] = c
 
@@ -258,6 +292,34 @@ class _Worker:
                     props: object) -> None:
         if reason.is_failure:
             self.refused.append("%s: %s" % (userdata, reason))
+        else:
+            client.subscribe(topics.ACK % userdata, qos=0)
+
+    def _on_subscribe(self, client: mqtt.Client, userdata: object, mid: int, reasons: Any,
+                      props: object) -> None:
+        if any(r.is_failure for r in reasons):
+            self.refused.append("%s: acknowledgement topic refused" % userdata)
+        else:
+            self.subscribed.add(str(userdata))
+
+    def _on_message(self, client: mqtt.Client, userdata: object, msg: mqtt.MQTTMessage) -> None:
+        try:
+            of, device, boot, ranges = wire.decode_ack(msg.payload)
+        except wire.ProtocolError:
+            return
+        book = self.books.get(device)
+        if book is None:
+            return
+        bit = 1 if of == wire.KIND_READING else 2
+        for first, last in ranges:
+            seqs = range(first, last + 1) if last - first < len(book) else [s for b, s in book if b == boot]
+            for s in seqs:
+                e = book.get((boot, s))
+                if e is not None and first <= s <= last and e[2] & bit:
+                    e[2] &= ~bit
+                    if not e[2]:
+                        del book[(boot, s)]
+                        self.committed += 1
 
     def _on_publish(self, client: mqtt.Client, userdata: object, mid: int, reason: object, props: object) -> None:
         self.acked += 1
@@ -268,7 +330,8 @@ class _Worker:
             # extra send per message.
             c.connect(self.host, self.port, keepalive=30)
         deadline = time.monotonic() + timeout
-        while not all(c.is_connected() for c in self.clients.values()):
+        while not (all(c.is_connected() for c in self.clients.values())
+                   and len(self.subscribed) == len(self.clients)):
             if self.refused:
                 raise ConnectionError("refused: " + ", ".join(self.refused))
             if time.monotonic() > deadline:
@@ -301,7 +364,7 @@ class _Worker:
             socks[fd].loop_write()
 
     def run(self) -> None:
-        reported = 0
+        reported = committed_said = 0
         last_report = last_misc = time.monotonic()
         pipe, todo = self.pipe, self.todo
         while True:
@@ -312,7 +375,10 @@ class _Worker:
                 if kind == "close":
                     break
                 if kind == "records":
+                    now = time.monotonic()
                     for d, reading, correction in value:
+                        self.books[d][struct.unpack_from("<II", reading, READING_KEY_AT)] = \
+                            [reading, correction, 3, now]
                         todo.append((d, self.reading_topic[d], reading))
                         todo.append((d, topics.CORRECTIONS, correction))
                 else:
@@ -329,10 +395,27 @@ class _Worker:
                 pipe.send(("acked", self.acked - reported))
                 reported = self.acked
                 last_report = now
+            if self.committed != committed_said and (now - last_report >= _REPORT_S or not todo):
+                pipe.send(("committed", self.committed - committed_said))
+                committed_said = self.committed
             if now - last_misc >= 1.0:
                 for c in self.clients.values():
                     c.loop_misc()
+                self._resend_overdue(now)
                 last_misc = now
+
+    def _resend_overdue(self, now: float) -> None:
+        """Publish again, the same bytes, what is still not committed ``commit_timeout_s`` after
+        it was sent (a message the broker lost, an acknowledgement lost, an ingest restart)."""
+        for d, book in self.books.items():
+            for e in book.values():
+                if now - e[3] > self.commit_timeout_s:
+                    e[3] = now
+                    self.resent += 1
+                    if e[2] & 1:
+                        self.todo.append((d, self.reading_topic[d], e[0]))
+                    if e[2] & 2:
+                        self.todo.append((d, topics.CORRECTIONS, e[1]))
 
     def close(self) -> None:
         for c in self.clients.values():
