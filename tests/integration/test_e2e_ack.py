@@ -1,7 +1,8 @@
 """The end-to-end acknowledgement under faults (docs/protocol.md 3.1): boards running
 firmware/app.py under the MicroPython unix port stream through a real Mosquitto while it is
 killed with -9 twice (restarted on the same port and store) and the analyst's ingest once;
-afterwards every released reading and correction record is stored exactly once.
+afterwards every released reading and correction record is stored exactly once, on SQLite
+and on PostgreSQL.
 
 Before the acknowledgement, a board dropped a record on the broker's PUBACK, and Mosquitto
 writes its store asynchronously, so kill -9 lost acknowledged records (issue 15). No sleep
@@ -45,14 +46,22 @@ def _kill_broker_holding_messages(cloud: object) -> None:
         cloud.pause_ingest(role, False)  # type: ignore[attr-defined]
 
 
-def test_kill_9_of_the_broker_twice_and_the_ingest_once_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_kill_9_of_the_broker_twice_and_the_ingest_once_loses_and_duplicates_nothing(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     try:
         micropython_binary()
     except Exception as e:  # noqa: BLE001 - the binary is an optional test dependency
         pytest.skip("no MicroPython unix port: %s" % e)
     from hil_tests.rigs.cloud import CloudSide
     from hil_tests.rigs.unix import UnixRig
-    cloud = CloudSide(tmp_path / "cloud")
+    urls: dict[str, str] = {}
+    if backend == "postgresql":
+        from tests.pgserver import create_database
+        server = request.getfixturevalue("postgres_url")
+        urls = {"analyst_url": create_database(server, "e2e_analyst"),
+                "correction_url": create_database(server, "e2e_correction")}
+    cloud = CloudSide(tmp_path / "cloud", **urls)
     rigs = [UnixRig(tmp_path / ("board%d" % d), "unix", cloud) for d in range(1, BOARDS + 1)]
     cloud.start()
     try:
@@ -74,7 +83,7 @@ def test_kill_9_of_the_broker_twice_and_the_ingest_once_loses_and_duplicates_not
         for rig in rigs:
             rig.expect(r"idle: all %d records acknowledged" % N, 120)
 
-        with open_analyst_store("sqlite:///%s" % cloud.analyst_db) as s:
+        with open_analyst_store(cloud.analyst_url) as s:
             rows = [r for _, r in s.readings_after(0, 10 ** 7)]
             gaps = s.gaps()
         keys = [(r.device_id, r.boot_id, r.seq) for r in rows]
@@ -82,7 +91,7 @@ def test_kill_9_of_the_broker_twice_and_the_ingest_once_loses_and_duplicates_not
         assert sorted((g.device_id, g.first_seq, g.last_seq, g.missing) for g in gaps) == \
             [(d, 0, N - 1, 0) for d in range(1, BOARDS + 1)]
         tokens = [r.token for r in rows]
-        with open_correction_store("sqlite:///%s" % cloud.correction_db) as cs:
+        with open_correction_store(cloud.correction_url) as cs:
             assert cs.count() == total                                  # one per reading
             assert len(cs.lookup(tokens)) == total
     finally:
