@@ -345,3 +345,53 @@ def test_an_esp32_turns_its_radio_on_before_its_first_random_draw():
     a.ledger.close()
     for k in ("ring_path", "ledger_path"):
         fwutil.remove(cfg[k])
+
+
+def test_a_record_the_cloud_never_commits_is_resent_identically_after_the_commit_timeout():
+    # The broker PUBACKed both messages, then lost them (kill -9 before it saved them): only
+    # the commit timeout brings them back, the same bytes, and only the uncommitted half.
+    p, clock, ring, op, up = _setup("up-commit")
+    ring.put(*_rec(0))
+    ring.put(*_rec(1))
+    up.service()
+    sock = op.socks[0]
+    first = [x for x in _packets(sock.tx) if x[0] == 0x30]
+    sock.feed(b"".join(_puback(record_pid(o, part)) for o in (0, 1) for part in (0, 1)))
+    sock.feed(_ack(wire.KIND_READING, [0, 1]) + _ack(wire.KIND_CORRECTION, [0]))
+    up.service()
+    assert (ring.pending, ring.parts(1), up.inflight) == (1, 2, {})
+    n_sent = len(sock.tx)
+    clock.sleep_ms(up.commit_timeout_ms)             # not yet overdue
+    sock.feed(b"\xd0\x00")                           # a PINGRESP keeps the connection alive
+    up.service()
+    assert len([x for x in _packets(sock.tx[n_sent:]) if x[0] == 0x30]) == 0
+    clock.sleep_ms(2)
+    up.service()                                     # overdue: resend from the oldest
+    up.service()
+    again = [x for x in _packets(sock.tx[n_sent:]) if x[0] == 0x30]
+    assert [(x[2], x[3], x[1]) for x in again] == [(CORRECTIONS, record_pid(1, 1), True)]
+    assert again[0][4] == first[3][4] == _rec(1)[1]  # the stored bytes, never re-encoded
+    assert up.resent == 1
+    sock.feed(_puback(record_pid(1, 1)) + _ack(wire.KIND_CORRECTION, [1]))
+    up.service()
+    assert ring.pending == 0 and up.idle()
+    ring.close()
+    fwutil.remove(p)
+
+
+def test_an_acknowledgement_of_another_boot_or_a_bad_one_frees_nothing():
+    p, clock, ring, op, up = _setup("up-otherboot")
+    ring.put(*_rec(0, boot=5))
+    up.service()
+    sock = op.socks[0]
+    sock.feed(_puback(record_pid(0, 0)) + _puback(record_pid(0, 1)))
+    sock.feed(_ack(wire.KIND_READING, [0], boot=4) + _ack(wire.KIND_CORRECTION, [1], boot=5))
+    bad = b"\x30\x11\x00\x0fdpsense/ack/d7" + b"\x02"           # one byte: not an acknowledgement
+    sock.feed(bad)
+    up.service()
+    assert ring.parts(0) == 3 and up.bad_acks == 1 and up.acks == 2
+    sock.feed(_ack(wire.KIND_READING, [0], boot=5) + _ack(wire.KIND_CORRECTION, [0], boot=5))
+    up.service()
+    assert ring.pending == 0
+    ring.close()
+    fwutil.remove(p)
