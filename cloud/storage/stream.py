@@ -209,23 +209,27 @@ class StreamTables(TokenListing):
         return {name: float(found.get(name, 0.0)) for name in sorted(set(COUNTERS) | set(found))
                 if not name.startswith(SET_APART_PREFIX)}
 
-    def device_tokens(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint64]]:
-        """Every stored reading's device id and token (as ``token_array``), aligned, in row order."""
+    def reading_tokens(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.uint64]]:
+        """Every stored reading's device id, window (-1 while it has none) and token (as
+        ``token_array``), aligned, in row order."""
         devs: list[npt.NDArray[np.int64]] = []
+        wins: list[npt.NDArray[np.int64]] = []
         toks: list[npt.NDArray[np.uint64]] = []
         after = 0
         while True:
-            rows = self._rows("list tokens by device", self._q(
-                "SELECT row_id, device_id, token FROM readings WHERE row_id > ? ORDER BY row_id LIMIT ?"),
-                (after, _TOKEN_CHUNK))
+            rows = self._rows("list tokens by device and window", self._q(
+                "SELECT row_id, device_id, coalesce(win, -1), token FROM readings WHERE row_id > ?"
+                " ORDER BY row_id LIMIT ?"), (after, _TOKEN_CHUNK))
             if not rows:
                 break
-            devs.append(np.array([int(d) for _, d, _ in rows], dtype=np.int64))
-            toks.append(np.frombuffer(b"".join(bytes(t) for _, _, t in rows), dtype="<u8").astype(np.uint64))
+            devs.append(np.array([int(r[1]) for r in rows], dtype=np.int64))
+            wins.append(np.array([int(r[2]) for r in rows], dtype=np.int64))
+            toks.append(np.frombuffer(b"".join(bytes(r[3]) for r in rows), dtype="<u8").astype(np.uint64))
             after = rows[-1][0]
         if not devs:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64)
-        return np.concatenate(devs), np.concatenate(toks)
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, np.zeros(0, dtype=np.uint64)
+        return np.concatenate(devs), np.concatenate(wins), np.concatenate(toks)
 
     def stored_tokens(self, device_id: int, boot_id: int, first: int, last: int) -> dict[int, bytes]:
         """``seq -> token`` of the stored readings of one boot with seq in ``first..last``: what
