@@ -5,6 +5,7 @@
     seconds = pub.publish(enc)                               # QoS 1; returns when every PUBACK is in
     seconds = pub.publish(enc, committed=True)               # ... when the cloud committed every record
     pub.send([(device_id, topic, payload), ...])             # or stream messages and poll pub.acked
+    pub.stream(enc)                                          # or hand records out and poll pub.committed
     pub.close()
 
 Why processes. A paho client costs tens of microseconds of Python per QoS 1 message (build
@@ -26,8 +27,9 @@ the cloud has committed both of its records: each simulated device subscribes to
 acknowledgement topic, and a record whose acknowledgements are still missing
 ``COMMIT_TIMEOUT_S`` after it was (re)sent is published again, the same bytes. ``committed``
 counts the records whose both acknowledgements arrived; ``publish(..., committed=True)`` waits
-for them. The books end with the worker: a worker's connection lost to a broker restart ends
-the run with an error, as before (boards reconnect; the simulator does not).
+for them. A connection lost after start-up (a broker restart) is reconnected every
+``_RETRY_S``, as a board does; on reconnecting, a device sends again everything its books
+still hold. A device that stays away ``RECONNECT_FOR_S`` ends the run with an error.
 
 Order. A device's messages leave in the order given, over its one connection, so the broker
 sees each device's readings and correction records in that order, as before. Messages of
@@ -76,6 +78,8 @@ _READ_EVERY = 64            # messages published between two looks at the socket
 _REPORT_S = 0.02            # a worker reports its PUBACK count at most this often
 _INFLIGHT = 1000            # per connection, as the broker allows (cloud/broker.py)
 COMMIT_TIMEOUT_S = 5.0      # a record not committed this long after it was sent is sent again
+RECONNECT_FOR_S = 60.0      # how long a device tries to get its broker back
+_RETRY_S = 0.5              # between two reconnection attempts
 
 
 class FleetPublisher:
@@ -179,6 +183,11 @@ class FleetPublisher:
         self._poll()
         return self._committed
 
+    def stream(self, enc: Records) -> None:
+        """Hand every record of ``enc`` to the workers and return at once; ``committed`` tells
+        how many the cloud has committed (the books keep and resend the rest)."""
+        self._hand_out("records", [(int(d), r, c) for d, r, c in zip(enc.device_ids, enc.readings, enc.corrections)])
+
     def publish(self, enc: Records, progress: Callable[[int, int], None] | None = None,
                 timeout: float = 600.0, committed: bool = False) -> float:
         """Publish every record of ``enc`` (reading, then its correction record); seconds until
@@ -240,6 +249,7 @@ def _worker_main(pipe: Connection) -> None:
                    % (host, port, e)))
         return
     pipe.send(("connected", len(accounts)))
+    w.started = True
     try:
         w.run()
     except EOFError:            # the parent is gone: nobody waits for the PUBACKs
@@ -273,6 +283,10 @@ class _Worker:
         self.committed = 0
         self.resent = 0
         self.subscribed: set[str] = set()
+        self.device_of = {name: d for d, name, _ in accounts}
+        self.down: dict[int, float] = {}        # device -> when it lost the broker
+        self._retry_at = 0.0
+        self.started = False                    # connect() done: losses are retried from now on
         for d, name, password in accounts:
             c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=name, clean_session=True,
                             protocol=mqtt.MQTTv311)
@@ -292,8 +306,11 @@ class _Worker:
                     props: object) -> None:
         if reason.is_failure:
             self.refused.append("%s: %s" % (userdata, reason))
-        else:
-            client.subscribe(topics.ACK % userdata, qos=0)
+            return
+        client.subscribe(topics.ACK % userdata, qos=0)
+        d = self.device_of[str(userdata)]
+        if self.down.pop(d, None) is not None:
+            self._resend_all(d)
 
     def _on_subscribe(self, client: mqtt.Client, userdata: object, mid: int, reasons: Any,
                       props: object) -> None:
@@ -343,14 +360,48 @@ class _Worker:
                     raise ConnectionError("refused: " + ", ".join(self.refused)) from None
                 raise
 
+    def _lost(self, d: int, why: str) -> None:
+        """Device ``d`` lost the broker: before start-up an error, afterwards retried."""
+        if not self.started:
+            raise ConnectionError(why)
+        self.down.setdefault(d, time.monotonic())
+
+    def _reconnect(self) -> None:
+        now = time.monotonic()
+        if not self.down or now < self._retry_at:
+            return
+        self._retry_at = now + _RETRY_S
+        for d, since in list(self.down.items()):
+            if now - since > RECONNECT_FOR_S:
+                raise ConnectionError("device d%d: no broker for %.0f s" % (d, now - since))
+            c = self.clients[d]
+            if c.socket() is not None:
+                continue                        # connecting: on_connect marks it up
+            try:
+                c.reconnect()
+            except OSError:
+                pass
+
+    def _resend_all(self, d: int) -> None:
+        """After a reconnect, everything the books of ``d`` hold goes out again, the same bytes."""
+        now = time.monotonic()
+        for e in self.books[d].values():
+            e[3] = now
+            if e[2] & 1:
+                self.todo.append((d, self.reading_topic[d], e[0]))
+            if e[2] & 2:
+                self.todo.append((d, topics.CORRECTIONS, e[1]))
+
     def _service(self, wait: float) -> None:
         """Read what the sockets hold (PUBACKs, CONNACKs), write what paho could not send yet;
         wait up to ``wait`` s for either, or for the parent's next message."""
         socks: dict[int, mqtt.Client] = {}
-        for c in self.clients.values():
+        clients = {id(c): d for d, c in self.clients.items()}
+        for d, c in self.clients.items():
             sock = c.socket()
             if sock is None:
-                raise ConnectionError("connection lost")
+                self._lost(d, "connection lost")
+                continue
             socks[sock.fileno()] = c
         wants = [fd for fd, c in socks.items() if c.want_write()]
         pipe = self.pipe.fileno()
@@ -359,9 +410,10 @@ class _Worker:
             if fd != pipe:
                 rc = socks[fd].loop_read()
                 if rc != mqtt.MQTT_ERR_SUCCESS:
-                    raise ConnectionError(mqtt.error_string(rc))
+                    self._lost(clients[id(socks[fd])], mqtt.error_string(rc))
         for fd in w:
-            socks[fd].loop_write()
+            if socks[fd].socket() is not None:
+                socks[fd].loop_write()
 
     def run(self) -> None:
         reported = committed_said = 0
@@ -385,11 +437,15 @@ class _Worker:
                     todo.extend(value)
             for _ in range(min(_READ_EVERY, len(todo))):
                 d, topic, payload = todo.popleft()
+                if d in self.down:
+                    continue                    # its books resend it on reconnecting
                 info = self.clients[d].publish(topic, payload, qos=1)
                 if info.rc != mqtt.MQTT_ERR_SUCCESS:
-                    raise ConnectionError("device d%d: %s" % (d, mqtt.error_string(info.rc)))
+                    self._lost(d, "device d%d: %s" % (d, mqtt.error_string(info.rc)))
+                    continue
                 self.published += 1
             self._service(0 if todo else 0.05)
+            self._reconnect()
             now = time.monotonic()
             if self.acked != reported and (now - last_report >= _REPORT_S or self.acked == self.published):
                 pipe.send(("acked", self.acked - reported))

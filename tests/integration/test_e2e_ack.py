@@ -98,3 +98,60 @@ def test_kill_9_of_the_broker_twice_and_the_ingest_once_loses_and_duplicates_not
         for rig in rigs:
             rig.close()
         cloud.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_a_simulated_fleet_through_kill_9_of_the_broker_twice_and_the_ingest_once(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    """The same faults under the fleet simulator (cloud/fleetpub.py): its books keep each
+    record until both ingests committed it, and it reconnects after each broker restart."""
+    import numpy as np
+
+    from dpsense.cloud.config import Settings
+    from dpsense.cloud.fleetpub import FleetPublisher
+    from dpsense.cloud.simulate import Encoded
+    from dpsense.protocol import wire
+    from hil_tests.rigs.cloud import CloudSide
+    urls: dict[str, str] = {}
+    if backend == "postgresql":
+        from tests.pgserver import create_database
+        server = request.getfixturevalue("postgres_url")
+        urls = {"analyst_url": create_database(server, "fleet_analyst"),
+                "correction_url": create_database(server, "fleet_correction")}
+    devices, per_slice, slices = 8, 400, 8
+    n = per_slice * slices
+    dev = np.array([i % devices + 1 for i in range(n)])
+    seq = np.array([i // devices for i in range(n)])
+    tok = [i.to_bytes(8, "little") for i in range(n)]
+    readings = [wire.encode_reading(int(dev[i]), 1, int(seq[i]), tok[i], 1, [i, -i]) for i in range(n)]
+    corrections = [wire.encode_correction(int(dev[i]), 1, int(seq[i]), tok[i], i) for i in range(n)]
+    empty = np.zeros((n, 2), dtype=np.int64)
+    cloud = CloudSide(tmp_path / "cloud", **urls)
+    # The accounts exist before the broker starts: no publish races an ACL reload.
+    passwords = cloud.broker.add_devices(list(range(1, devices + 1)))
+    cloud.start()
+    pub = None
+    try:
+        pub = FleetPublisher(Settings(data_dir=tmp_path / "sim", broker_port=cloud.broker.port), passwords,
+                             devices, processes=2, commit_timeout_s=3.0)
+        pub.connect()
+        faults = {2: _kill_broker_holding_messages, 4: lambda c: c.kill_ingest("analyst"),
+                  6: _kill_broker_holding_messages}
+        for k in range(slices):
+            part = slice(k * per_slice, (k + 1) * per_slice)
+            pub.stream(Encoded(dev[part], seq[part], readings[part], corrections[part], empty[part], empty[part]))
+            if k in faults:
+                faults[k](cloud)
+        deadline = time.monotonic() + 120
+        while pub.committed < n:
+            assert time.monotonic() < deadline, "only %d of %d records committed" % (pub.committed, n)
+            time.sleep(0.1)
+        with open_analyst_store(cloud.analyst_url) as s:
+            keys = [(r.device_id, r.boot_id, r.seq) for _, r in s.readings_after(0, 10 ** 7)]
+        assert len(keys) == len(set(keys)) == n                        # 0 lost, 0 duplicated
+        with open_correction_store(cloud.correction_url) as cs:
+            assert cs.count() == n and len(cs.lookup(tok)) == n
+    finally:
+        if pub is not None:
+            pub.close()
+        cloud.close()
