@@ -20,7 +20,7 @@ Acknowledgements go out with QoS 0: a lost one costs a resend, which is acknowle
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from dpsense.cloud import topics
 from dpsense.cloud.storage.repository import Correction, Reading
@@ -28,6 +28,18 @@ from dpsense.protocol import wire
 
 Publish = Callable[[str, bytes], None]
 Key = tuple[int, int, int]          # device_id, boot_id, seq
+
+
+class ReadingKeys(Protocol):
+    """What the acknowledgement reads of an analyst store (cloud/storage/stream.py)."""
+
+    def stored_tokens(self, device_id: int, boot_id: int, first: int, last: int) -> dict[int, bytes]: ...
+
+
+class TokenLookup(Protocol):
+    """What the acknowledgement reads of a correction store (cloud/storage/repository.py)."""
+
+    def lookup(self, tokens: list[bytes]) -> dict[bytes, int]: ...
 
 
 def messages(of: int, keys: Iterable[Key]) -> list[tuple[str, bytes]]:
@@ -44,22 +56,21 @@ def messages(of: int, keys: Iterable[Key]) -> list[tuple[str, bytes]]:
     return out
 
 
-def committed_readings(store: object, readings: Sequence[Reading]) -> list[Key]:
+def committed_readings(store: ReadingKeys, readings: Sequence[Reading]) -> list[Key]:
     """The keys of ``readings`` that ``store`` (an AnalystStore) holds with the same token."""
     by_boot: dict[tuple[int, int], list[Reading]] = defaultdict(list)
     for r in readings:
         by_boot[(r.device_id, r.boot_id)].append(r)
     keys: list[Key] = []
     for (device_id, boot_id), rs in by_boot.items():
-        stored = store.stored_tokens(device_id, boot_id, min(r.seq for r in rs),  # type: ignore[attr-defined]
-                                     max(r.seq for r in rs))
+        stored = store.stored_tokens(device_id, boot_id, min(r.seq for r in rs), max(r.seq for r in rs))
         keys.extend((device_id, boot_id, r.seq) for r in rs if stored.get(r.seq) == r.token)
     return keys
 
 
-def committed_corrections(store: object, corrections: Sequence[Correction]) -> list[Key]:
+def committed_corrections(store: TokenLookup, corrections: Sequence[Correction]) -> list[Key]:
     """The header keys of ``corrections`` that ``store`` (a CorrectionStore) holds with the same d_diff."""
-    stored = store.lookup([c.token for c in corrections])  # type: ignore[attr-defined]
+    stored = store.lookup([c.token for c in corrections])
     return [(c.device_id, c.boot_id, c.seq) for c in corrections
             if c.device_id and stored.get(c.token) == c.d_diff]
 
@@ -68,7 +79,7 @@ class Acknowledger:
     """Acknowledges the records of each committed batch; ``published`` and ``acked`` count
     messages sent and records acknowledged (acknowledgements of resends included)."""
 
-    def __init__(self, of: int, committed: Callable[[object, Sequence[object]], list[Key]],
+    def __init__(self, of: int, committed: Callable[[Any, Sequence[Any]], list[Key]],
                  publish: Publish) -> None:
         self.of = of
         self.committed = committed
@@ -78,13 +89,13 @@ class Acknowledger:
 
     @classmethod
     def for_readings(cls, publish: Publish) -> "Acknowledger":
-        return cls(wire.KIND_READING, committed_readings, publish)  # type: ignore[arg-type]
+        return cls(wire.KIND_READING, committed_readings, publish)
 
     @classmethod
     def for_corrections(cls, publish: Publish) -> "Acknowledger":
-        return cls(wire.KIND_CORRECTION, committed_corrections, publish)  # type: ignore[arg-type]
+        return cls(wire.KIND_CORRECTION, committed_corrections, publish)
 
-    def after_commit(self, store: object, records: Sequence[object]) -> int:
+    def after_commit(self, store: Any, records: Sequence[Any]) -> int:
         """Publish the acknowledgement of ``records`` that ``store`` holds; return the messages
         sent. Call only after the batch's transaction committed."""
         if not records:
