@@ -18,10 +18,13 @@ from shared_protocol.layout import (CORRECTION, CORRECTION_SIZE, INT32_MAX, KIND
 NAME = 10      # hex digits of the token that name a kept record's file (mbio)
 
 
-def frame(p):
-    """framing.frame's line for payload ``p`` (a bytearray): one pass for hex and CRC."""
+def frame(p, o=None):
+    """framing.frame's line for payload ``p`` (a bytearray): one pass for hex and CRC, into
+    ``o`` (2 * len(p) + 6 bytes) when given: the node frames every record into the same two
+    buffers, as a fresh 62-byte block per line fragments the micro:bit's heap."""
     c = 0xFFFF
-    o = bytearray(2 * len(p) + 6)
+    if o is None:
+        o = bytearray(2 * len(p) + 6)
     o[0] = START
     i = 1
     for b in p:
@@ -65,11 +68,12 @@ def pack(rb, cb, tok, y, dd, dev, boot, seq, cfg_id):
     put32(cb, CORRECTION_SIZE - 4, dd)
 
 
-def emit(rng, cols, lap, centre, ln, n, rb, cb, dev, boot, seq, cfg_id, d):
+def emit(rng, cols, lap, centre, ln, n, rb, cb, dev, boot, seq, cfg_id, d, fa=None, fb=None):
     """Release the reading ``raw0,raw1,...`` in ``ln[:n]`` (Node.release's draws): scale and
     clamp each column (fixedpoint.Affine.apply), add its noise, draw the token, encode both
     records, keep their framed lines in a file named by the token's first ``NAME`` hex
-    digits (before they are sent: ``d`` is the folder prefix), return them."""
+    digits (before they are sent: ``d`` is the folder prefix), return them (in ``fa`` and
+    ``fb`` when given)."""
     raw = bytes(ln[:n]).split(b",")
     q = []
     y = []
@@ -82,8 +86,8 @@ def emit(rng, cols, lap, centre, ln, n, rb, cb, dev, boot, seq, cfg_id, d):
         y.append(v + lap[j].sample())
     tok = new_token(rng)
     pack(rb, cb, tok, y, norm(y, centre) - norm(q, centre), dev, boot, seq, cfg_id)
-    a = frame(rb)
-    b = frame(cb)
+    a = frame(rb, fa)
+    b = frame(cb, fb)
     # the name: the token's first hex digits in the correction's line, after "~" and the
     # clear header before the token (the record ends with the token and the int32 d_diff)
     t = 1 + 2 * (CORRECTION_SIZE - 4 - TOKEN_SIZE)
