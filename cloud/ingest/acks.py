@@ -33,7 +33,7 @@ Key = tuple[int, int, int]          # device_id, boot_id, seq
 class ReadingKeys(Protocol):
     """What the acknowledgement reads of an analyst store (cloud/storage/stream.py)."""
 
-    def stored_tokens(self, device_id: int, boot_id: int, first: int, last: int) -> dict[int, bytes]: ...
+    def stored_tokens(self, keys: Sequence[Key]) -> dict[Key, bytes]: ...
 
 
 class TokenLookup(Protocol):
@@ -58,14 +58,9 @@ def messages(of: int, keys: Iterable[Key]) -> list[tuple[str, bytes]]:
 
 def committed_readings(store: ReadingKeys, readings: Sequence[Reading]) -> list[Key]:
     """The keys of ``readings`` that ``store`` (an AnalystStore) holds with the same token."""
-    by_boot: dict[tuple[int, int], list[Reading]] = defaultdict(list)
-    for r in readings:
-        by_boot[(r.device_id, r.boot_id)].append(r)
-    keys: list[Key] = []
-    for (device_id, boot_id), rs in by_boot.items():
-        stored = store.stored_tokens(device_id, boot_id, min(r.seq for r in rs), max(r.seq for r in rs))
-        keys.extend((device_id, boot_id, r.seq) for r in rs if stored.get(r.seq) == r.token)
-    return keys
+    stored = store.stored_tokens([(r.device_id, r.boot_id, r.seq) for r in readings])
+    return [(r.device_id, r.boot_id, r.seq) for r in readings
+            if stored.get((r.device_id, r.boot_id, r.seq)) == r.token]
 
 
 def committed_corrections(store: TokenLookup, corrections: Sequence[Correction]) -> list[Key]:

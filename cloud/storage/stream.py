@@ -231,13 +231,22 @@ class StreamTables(TokenListing):
             return empty, empty, np.zeros(0, dtype=np.uint64)
         return np.concatenate(devs), np.concatenate(wins), np.concatenate(toks)
 
-    def stored_tokens(self, device_id: int, boot_id: int, first: int, last: int) -> dict[int, bytes]:
-        """``seq -> token`` of the stored readings of one boot with seq in ``first..last``: what
-        the acknowledgement (cloud/ingest/acks.py) reads back after a commit, by the unique key."""
-        rows = self._rows("read stored readings for an acknowledgement", self._q(
-            "SELECT seq, token FROM readings WHERE device_id = ? AND boot_id = ? AND seq BETWEEN ? AND ?"),
-            (device_id, boot_id, first, last))
-        return {int(s): bytes(t) for s, t in rows}
+    def stored_tokens(self, keys: Sequence[tuple[int, int, int]]) -> dict[tuple[int, int, int], bytes]:
+        """``(device_id, boot_id, seq) -> token`` of the stored readings among ``keys``: what the
+        acknowledgement (cloud/ingest/acks.py) reads back after a commit, by the unique key, in
+        one statement per 300 keys (a batch spans many devices)."""
+        out: dict[tuple[int, int, int], bytes] = {}
+        keys = list(dict.fromkeys(keys))
+        for i in range(0, len(keys), 300):
+            chunk = keys[i:i + 300]
+            # A join from the keys, so each is one lookup in the unique index (a row-value IN
+            # scans the table on SQLite).
+            rows = self._rows("read stored readings for an acknowledgement", self._q(
+                "WITH k (d, b, s) AS (VALUES %s) SELECT r.device_id, r.boot_id, r.seq, r.token FROM k"
+                " JOIN readings r ON r.device_id = k.d AND r.boot_id = k.b AND r.seq = k.s"
+                % ", ".join(["(?, ?, ?)"] * len(chunk))), [v for k in chunk for v in k])
+            out.update(((int(d), int(b), int(s)), bytes(t)) for d, b, s, t in rows)
+        return out
 
     # -- arrival ------------------------------------------------------------------------------------
     def max_row_id(self) -> int:
