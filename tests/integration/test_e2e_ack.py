@@ -108,9 +108,10 @@ def test_a_simulated_fleet_through_kill_9_of_the_broker_twice_and_the_ingest_onc
     import numpy as np
 
     from dpsense.cloud.config import Settings
+    from dpsense.cloud.correction.sealed import DeviceKeys, sealer_for
     from dpsense.cloud.fleetpub import FleetPublisher
     from dpsense.cloud.simulate import Encoded
-    from dpsense.protocol import wire
+    from dpsense.protocol import seal, wire
     from hil_tests.rigs.cloud import CloudSide
     urls: dict[str, str] = {}
     if backend == "postgresql":
@@ -124,9 +125,13 @@ def test_a_simulated_fleet_through_kill_9_of_the_broker_twice_and_the_ingest_onc
     seq = np.array([i // devices for i in range(n)])
     tok = [i.to_bytes(8, "little") for i in range(n)]
     readings = [wire.encode_reading(int(dev[i]), 1, int(seq[i]), tok[i], 1, [i, -i]) for i in range(n)]
-    corrections = [wire.encode_correction(int(dev[i]), 1, int(seq[i]), tok[i], i) for i in range(n)]
     empty = np.zeros((n, 2), dtype=np.int64)
     cloud = CloudSide(tmp_path / "cloud", **urls)
+    # Sealed as the simulator's boards seal them (kind 3, the ledger's counter as the nonce):
+    # the correction server's ingest acknowledges each by its clear header.
+    sealers = {d: sealer_for(DeviceKeys(*seal.split_keys(cloud.seal_keys(d)))) for d in range(1, devices + 1)}
+    corrections = [sealers[int(dev[i])].seal(int(dev[i]), 1, int(seq[i]), int(seq[i]) + 1, tok[i], i)
+                   for i in range(n)]
     # The accounts exist before the broker starts: no publish races an ACL reload.
     passwords = cloud.broker.add_devices(list(range(1, devices + 1)))
     cloud.start()
