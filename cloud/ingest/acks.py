@@ -58,14 +58,21 @@ def held_keys(records: Sequence[Any], conflicted: Collection[int] = ()) -> list[
 
 
 class Acknowledger:
-    """Acknowledges the records of each committed batch; ``published`` and ``acked`` count
-    messages sent and records acknowledged (acknowledgements of resends included)."""
+    """Acknowledges the records of committed batches; ``published`` and ``acked`` count
+    messages sent and records acknowledged (acknowledgements of resends included).
+
+    ``add`` notes what a committed batch holds, ``flush`` publishes everything noted since the
+    last flush, one message per device and boot: a busy ingest flushes every few batches
+    (``IngestService``), so a device seen in several of them gets one message, not one per
+    batch. What is noted and not yet flushed is lost with the process, as a lost QoS 0
+    acknowledgement is: the board resends those records, which are acknowledged then."""
 
     def __init__(self, of: int, publish: Publish) -> None:
         self.of = of
         self.publish = publish
         self.published = 0
         self.acked = 0
+        self._pending: list[Key] = []
 
     @classmethod
     def for_readings(cls, publish: Publish) -> "Acknowledger":
@@ -75,16 +82,30 @@ class Acknowledger:
     def for_corrections(cls, publish: Publish) -> "Acknowledger":
         return cls(wire.KIND_CORRECTION, publish)
 
-    def after_commit(self, records: Sequence[Any], conflicted: Collection[int] = ()) -> int:
-        """Publish the acknowledgement of ``records`` but those at the positions ``conflicted``
-        (the store's ``last_conflicted``); return the messages sent. Call only after the
-        batch's transaction committed, with the list the store was given."""
-        if not records:
+    @property
+    def pending(self) -> int:
+        """Records noted and not yet acknowledged."""
+        return len(self._pending)
+
+    def add(self, records: Sequence[Any], conflicted: Collection[int] = ()) -> None:
+        """Note the records of a committed batch but those at the positions ``conflicted`` (the
+        store's ``last_conflicted``). Call only after the batch's transaction committed, with
+        the list the store was given."""
+        self._pending.extend(held_keys(records, conflicted))
+
+    def flush(self) -> int:
+        """Publish the acknowledgement of everything noted; return the messages sent."""
+        if not self._pending:
             return 0
-        keys = held_keys(records, conflicted)
+        keys, self._pending = self._pending, []
         msgs = messages(self.of, keys)
         for topic, payload in msgs:
             self.publish(topic, payload)
         self.published += len(msgs)
         self.acked += len(keys)
         return len(msgs)
+
+    def after_commit(self, records: Sequence[Any], conflicted: Collection[int] = ()) -> int:
+        """``add`` then ``flush``: acknowledge one committed batch at once."""
+        self.add(records, conflicted)
+        return self.flush()

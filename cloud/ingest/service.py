@@ -15,7 +15,8 @@ end-to-end acknowledgement (``acks.Acknowledger``: each device learns which of t
 records the store now holds, docs/protocol.md 3.1; a board keeps a record until both of its
 records are acknowledged so, never on the broker's PUBACK alone), then the PUBACKs of the
 batch. What to acknowledge comes from the insert itself (the store's ``last_conflicted``),
-not from reading the batch back.
+not from reading the batch back; while more messages wait, the acknowledgements of several
+batches go out together (``ACK_EVERY_S``), one message per device and boot.
 
 The client is cloud/mqttio.py's: its socket reads in blocks and writes the PUBACKs of a batch
 in one call, and its network thread (``NetworkLoop``, not paho's ``loop_start``) reads every
@@ -55,6 +56,11 @@ from dpsense.cloud.storage.repository import DeadLetter
 
 # Errors of a commit that a later try of the same batch may not meet.
 RETRYABLE = (StorageUnavailable, OSError)
+# A busy ingest (more messages waiting after a commit) sends the end-to-end acknowledgements
+# of its committed batches at least this often, or once this many records wait for one; an
+# idle one at once. Boards resend what stays unacknowledged after seconds (docs/protocol.md 3.1).
+ACK_EVERY_S = 0.25
+ACK_MOST = 20000
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,7 @@ class IngestService:
         self._client = self._make_client()
         self._net = NetworkLoop(self._client, "ingest", min_delay=0.2, max_delay=5.0)
         self.acker = acknowledger(self._publish_ack) if acknowledger is not None else None
+        self._acks_at = time.monotonic()
 
     @classmethod
     def for_analyst(cls, conn: Connection, store: Any, share: str | None = None, **kw: Any) -> "IngestService":
@@ -289,9 +296,15 @@ class IngestService:
         the store holds (all but the store's ``last_conflicted``), then acknowledge the batch
         to the broker. paho queues each message and PUBACK; the network thread, woken once,
         writes them in one call."""
-        if self.acker is not None and records:
-            self.acker.after_commit(records, self.store.last_conflicted)
-            self.stats.acked = self.acker.acked
+        acker = self.acker
+        if acker is not None:
+            acker.add(records, self.store.last_conflicted)
+            now = time.monotonic()
+            # While more waits in the inbox, several batches share one message per device.
+            if self._q.empty() or now - self._acks_at >= ACK_EVERY_S or acker.pending >= ACK_MOST:
+                acker.flush()
+                self._acks_at = now
+                self.stats.acked = acker.acked
         gen = self._gen
         client = self._client
         for m in batch:
@@ -319,6 +332,9 @@ class IngestService:
             while not self._q.empty():
                 if not self.process(self._take_batch(), stop):
                     break
+            if self.acker is not None:
+                self.acker.flush()
+                self.stats.acked = self.acker.acked
         except DpsenseError:
             raise
         except Exception as e:  # a bug or an unforeseen failure: one line, the cause chained

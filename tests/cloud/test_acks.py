@@ -109,3 +109,38 @@ def test_many_ranges_split_into_messages_of_bounded_size() -> None:
     msgs = messages(wire.KIND_READING, keys)
     assert len(msgs) == 3 and all(len(p) <= 12 + 8 * wire.ACK_MAX_RANGES for _, p in msgs)
     assert _acked(msgs) == {("dpsense/ack/d7", 1, 7, 1): {k[2] for k in keys}}
+
+
+def test_batches_noted_together_give_one_message_per_device_and_boot() -> None:
+    sent: list[tuple[str, bytes]] = []
+    acker = Acknowledger.for_readings(lambda t, p: sent.append((t, p)))
+    acker.add([reading(7, 1, 0), reading(8, 1, 0)])
+    acker.add([reading(7, 1, 1), reading(7, 1, 2)], conflicted={1})
+    assert sent == [] and acker.pending == 3
+    assert acker.flush() == 2 and acker.flush() == 0
+    assert _acked(sent) == {("dpsense/ack/d7", 1, 7, 1): {0, 1}, ("dpsense/ack/d8", 1, 8, 1): {0}}
+    assert acker.acked == 3
+
+
+def test_a_busy_ingest_acknowledges_several_batches_together_and_an_idle_one_at_once(
+        analyst: AnalystStore) -> None:
+    from dpsense.cloud.ingest import service
+    from dpsense.cloud.ingest.service import Connection, IngestService, _Msg
+    svc = IngestService.for_analyst(Connection("127.0.0.1", 1, "analyst-ingest", "pw", "t"), analyst,
+                                    log=lambda s: None)
+    sent: list[tuple[str, bytes]] = []
+    assert svc.acker is not None
+    svc.acker.publish = lambda t, p: sent.append((t, p))
+
+    def msg(seq: int) -> _Msg:
+        return _Msg("dpsense/readings/d7", wire.encode_reading(7, 1, seq, token_of(seq), 3, [1, 2]), 0, 0, 1, 0.0)
+    svc._q.put(msg(99))                                    # more waits: the ingest is busy
+    assert svc.process([msg(0)]) and svc.process([msg(1)])
+    assert sent == [] and svc.acker.pending == 2
+    svc._acks_at -= service.ACK_EVERY_S                    # a busy ingest still flushes in time
+    assert svc.process([msg(2)])
+    assert _acked(sent) == {("dpsense/ack/d7", 1, 7, 1): {0, 1, 2}} and len(sent) == 1
+    sent.clear()
+    svc._q.take(10, 0, 0)                                  # the inbox is empty: at once
+    assert svc.process([msg(3)])
+    assert _acked(sent) == {("dpsense/ack/d7", 1, 7, 1): {3}} and svc.stats.acked == 4
