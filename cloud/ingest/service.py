@@ -59,7 +59,7 @@ RETRYABLE = (StorageUnavailable, OSError)
 # A busy ingest (more messages waiting after a commit) sends the end-to-end acknowledgements
 # of its committed batches at least this often, or once this many records wait for one; an
 # idle one at once. Boards resend what stays unacknowledged after seconds (docs/protocol.md 3.1).
-ACK_EVERY_S = 0.25
+ACK_EVERY_S = 0.1
 ACK_MOST = 20000
 
 
