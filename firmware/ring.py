@@ -15,7 +15,7 @@ File layout (shared_protocol/ringlayout.py, which the config checker sizes rings
 with): a 16-byte header (magic ``DPR1``, slot size u16, slot count u16, dropped u32,
 reserved u32), then fixed-size slots, ordinal ``o`` in slot ``o % n``: state u8,
 reading length u8, reserved u16, ordinal u32, the reading padded to ``room`` bytes,
-then the correction (16 bytes, or 48 sealed). State 0 is an unused slot; 0x80 a used one, plus bit 0
+then the correction (28 bytes, or 48 sealed). State 0 is an unused slot; 0x80 a used one, plus bit 0
 while the reading and bit 1 while the correction is unacknowledged.
 
 Guarantees: ``put`` returns after the slot is written (a whole slot in one write,
