@@ -114,7 +114,10 @@ _RULES = {
     "correction": ["topic read " + topics.CORRECTIONS,
                    "topic read " + topics.ROUND_TO_CS,
                    "topic write " + topics.ROUND_TO_ANALYST],
-    "correction-ingest": ["topic read " + topics.CORRECTIONS],
+    # The correction server's ingest: stores corrections, and acknowledges committed ones to
+    # each device (the record's clear header names it).
+    "correction-ingest": ["topic read " + topics.CORRECTIONS,
+                          "topic write " + topics.ACK_ALL],
     "curator": ["topic deny " + topics.CORRECTIONS,
                 "topic deny " + topics.READINGS_ALL],
     # An operator's tools: the candidates of each window, nothing else.

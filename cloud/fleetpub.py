@@ -3,7 +3,9 @@
     pub = FleetPublisher(settings, passwords, devices)      # passwords: account -> password
     pub.connect()                                            # every device connected, or an error
     seconds = pub.publish(enc)                               # QoS 1; returns when every PUBACK is in
+    seconds = pub.publish(enc, committed=True)               # ... when the cloud committed every record
     pub.send([(device_id, topic, payload), ...])             # or stream messages and poll pub.acked
+    pub.stream(enc)                                          # or hand records out and poll pub.committed
     pub.close()
 
 Why processes. A paho client costs tens of microseconds of Python per QoS 1 message (build
@@ -23,6 +25,15 @@ take each other's session. Each simulated device therefore connects as its own d
 account (``d1``, ``d2``, ...), as a board does; ``Broker.add_devices`` makes the accounts and
 returns their passwords, which travel to the workers over their pipes and are kept nowhere.
 
+Books. Like a board (docs/protocol.md 3.1), each worker keeps every record of ``publish`` until
+the cloud has committed both of its records: each simulated device subscribes to its own
+acknowledgement topic, and a record whose acknowledgements are still missing
+``COMMIT_TIMEOUT_S`` after it was (re)sent is published again, the same bytes. ``committed``
+counts the records whose both acknowledgements arrived; ``publish(..., committed=True)`` waits
+for them. A connection lost after start-up (a broker restart) is reconnected every
+``_RETRY_S``, as a board does; on reconnecting, a device sends again everything its books
+still hold. A device that stays away ``RECONNECT_FOR_S`` ends the run with an error.
+
 Order. A device's messages leave in the order given, over its one connection, so the broker
 sees each device's readings and correction records in that order, as before. Messages of
 different devices interleave as the workers run.
@@ -31,6 +42,7 @@ from __future__ import annotations
 
 import os
 import select
+import struct
 import socket
 import subprocess
 import sys
@@ -48,6 +60,8 @@ from paho.mqtt.reasoncodes import ReasonCode
 from dpsense.cloud import topics
 from dpsense.cloud.config import Settings
 from dpsense.cloud.mqttio import BufferedClient
+from dpsense.protocol import wire
+from dpsense.protocol.layout import READING_KEY_AT
 
 Message = tuple[int, str, bytes]        # (device id, topic, payload)
 
@@ -67,6 +81,9 @@ _CHUNK = 2000               # messages per pipe transfer to a worker
 _READ_EVERY = 256           # messages published between two looks at the sockets
 _REPORT_S = 0.02            # a worker reports its PUBACK count at most this often
 _INFLIGHT = 1000            # unacknowledged messages per connection, on average over a worker's
+COMMIT_TIMEOUT_S = 5.0      # a record not committed this long after it was sent is sent again
+RECONNECT_FOR_S = 60.0      # how long a device tries to get its broker back
+_RETRY_S = 0.5              # between two reconnection attempts
 
 
 class FleetPublisher:
@@ -74,7 +91,7 @@ class FleetPublisher:
     one per device); see the module docstring."""
 
     def __init__(self, settings: Settings, passwords: dict[str, str], devices: int,
-                 processes: int | None = None) -> None:
+                 processes: int | None = None, commit_timeout_s: float = COMMIT_TIMEOUT_S) -> None:
         if devices < 1:
             raise ValueError("devices must be >= 1")
         if processes is not None and processes < 1:
@@ -82,6 +99,7 @@ class FleetPublisher:
         self.settings = settings
         self.devices = devices
         self.processes = min(devices, processes or os.cpu_count() or 1)
+        self.commit_timeout_s = commit_timeout_s
         self._accounts: list[list[tuple[int, str, str]]] = [[] for _ in range(self.processes)]
         for d in range(1, devices + 1):
             name = topics.device_username(d)
@@ -91,6 +109,7 @@ class FleetPublisher:
         self._pipes: list[Connection] = []
         self._procs: list[subprocess.Popen[bytes]] = []
         self._acked = 0
+        self._committed = 0
 
     def _worker_of(self, device_id: int) -> int:
         if not 1 <= device_id <= self.devices:
@@ -110,7 +129,7 @@ class FleetPublisher:
             self._pipes.append(pipe)
             self._procs.append(p)
             pipe.send((self.settings.broker_host, self.settings.broker_port, self.settings.tls_ca, accounts,
-                       timeout))
+                       timeout, self.commit_timeout_s))
         for pipe in self._pipes:
             reply = self._recv(pipe, timeout + 30)
             if reply[0] != "connected":
@@ -151,6 +170,8 @@ class FleetPublisher:
                     raise ConnectionError("a publisher process ended unexpectedly") from None
                 if kind == "acked":
                     self._acked += int(value)
+                elif kind == "committed":
+                    self._committed += int(value)
                 else:
                     raise ConnectionError(str(value))
 
@@ -160,12 +181,25 @@ class FleetPublisher:
         self._poll()
         return self._acked
 
+    @property
+    def committed(self) -> int:
+        """Records of ``publish`` whose both records the cloud acknowledged as committed."""
+        self._poll()
+        return self._committed
+
+    def stream(self, enc: Records) -> None:
+        """Hand every record of ``enc`` to the workers and return at once; ``committed`` tells
+        how many the cloud has committed (the books keep and resend the rest)."""
+        self._hand_out("records", [(int(d), r, c) for d, r, c in zip(enc.device_ids, enc.readings, enc.corrections)])
+
     def publish(self, enc: Records, progress: Callable[[int, int], None] | None = None,
-                timeout: float = 600.0) -> float:
+                timeout: float = 600.0, committed: bool = False) -> float:
         """Publish every record of ``enc`` (reading, then its correction record); seconds until
-        the last PUBACK arrived."""
+        the last PUBACK arrived (``committed``: until the cloud committed every record, which
+        needs both ingests running)."""
         n = len(enc.readings)
-        start = self.acked
+        count = (lambda: 2 * self.committed) if committed else (lambda: self.acked)
+        start = count()
         total = 2 * n
         step = max(1, n // 10)
         t0 = time.perf_counter()
@@ -174,14 +208,15 @@ class FleetPublisher:
         deadline = time.monotonic() + timeout
         said = 0
         while True:
-            done = self.acked - start
+            done = count() - start
             if progress and done // 2 // step > said // step:
                 said = done // 2 // step * step
                 progress(min(said, n), n)
             if done >= total:
                 break
             if time.monotonic() > deadline:
-                raise TimeoutError("only %d of %d messages acknowledged" % (done, total))
+                raise TimeoutError("only %d of %d messages %s" % (done, total, "committed" if committed
+                                                                  else "acknowledged"))
             for pipe in self._pipes:
                 pipe.poll(0.005)
         return time.perf_counter() - t0
@@ -207,17 +242,18 @@ class FleetPublisher:
 
 def _worker_main(pipe: Connection) -> None:
     try:
-        host, port, tls_ca, accounts, timeout = pipe.recv()
+        host, port, tls_ca, accounts, timeout, commit_timeout_s = pipe.recv()
     except EOFError:
         return
     try:
-        w = _Worker(pipe, host, port, tls_ca, accounts)
+        w = _Worker(pipe, host, port, tls_ca, accounts, commit_timeout_s)
         w.connect(timeout)
     except (OSError, ConnectionError, ValueError) as e:
         pipe.send(("error", "simulated devices could not connect to the broker at %s:%d: %s"
                    % (host, port, e)))
         return
     pipe.send(("connected", len(accounts)))
+    w.started = True
     try:
         w.run()
     except EOFError:            # the parent is gone: nobody waits for the PUBACKs
@@ -235,8 +271,9 @@ class _Worker:
     """The connections of some devices, driven from one thread by paho's external-loop calls."""
 
     def __init__(self, pipe: Connection, host: str, port: int, tls_ca: str | None,
-                 accounts: list[tuple[int, str, str]]) -> None:
+                 accounts: list[tuple[int, str, str]], commit_timeout_s: float = COMMIT_TIMEOUT_S) -> None:
         self.pipe = pipe
+        self.commit_timeout_s = commit_timeout_s
         self.host = host
         self.port = port
         self.clients: dict[int, BufferedClient] = {}
@@ -245,6 +282,15 @@ class _Worker:
         self.acked = 0
         self.todo: deque[tuple[int, str, bytes]] = deque()
         self.reading_topic = {d: topics.READINGS % name for d, name, _ in accounts}
+        # device -> (boot, seq) -> [reading, correction, bits not committed (1, 2), last sent]
+        self.books: dict[int, dict[tuple[int, int], list[Any]]] = {d: {} for d, _, _ in accounts}
+        self.committed = 0
+        self.resent = 0
+        self.subscribed: set[str] = set()
+        self.device_of = {name: d for d, name, _ in accounts}
+        self.down: dict[int, float] = {}        # device -> when it lost the broker
+        self._retry_at = 0.0
+        self.started = False                    # connect() done: losses are retried from now on
         for d, name, password in accounts:
             c = BufferedClient(CallbackAPIVersion.VERSION2, client_id=name, clean_session=True,
                                protocol=mqtt.MQTTv311, coalesce_writes=True)
@@ -257,6 +303,8 @@ class _Worker:
             c.max_queued_messages_set(0)
             c.on_publish = self._on_publish
             c.on_connect = self._on_connect
+            c.on_subscribe = self._on_subscribe
+            c.on_message = self._on_message
             c.user_data_set(name)
             self.clients[d] = c
 
@@ -264,6 +312,37 @@ class _Worker:
                     props: object) -> None:
         if reason.is_failure:
             self.refused.append("%s: %s" % (userdata, reason))
+            return
+        client.subscribe(topics.ACK % userdata, qos=0)
+        d = self.device_of[str(userdata)]
+        if self.down.pop(d, None) is not None:
+            self._resend_all(d)
+
+    def _on_subscribe(self, client: mqtt.Client, userdata: object, mid: int, reasons: Any,
+                      props: object) -> None:
+        if any(r.is_failure for r in reasons):
+            self.refused.append("%s: acknowledgement topic refused" % userdata)
+        else:
+            self.subscribed.add(str(userdata))
+
+    def _on_message(self, client: mqtt.Client, userdata: object, msg: mqtt.MQTTMessage) -> None:
+        try:
+            of, device, boot, ranges = wire.decode_ack(msg.payload)
+        except wire.ProtocolError:
+            return
+        book = self.books.get(device)
+        if book is None:
+            return
+        bit = 1 if of == wire.KIND_READING else 2
+        for first, last in ranges:
+            seqs = range(first, last + 1) if last - first < len(book) else [s for b, s in book if b == boot]
+            for s in seqs:
+                e = book.get((boot, s))
+                if e is not None and first <= s <= last and e[2] & bit:
+                    e[2] &= ~bit
+                    if not e[2]:
+                        del book[(boot, s)]
+                        self.committed += 1
 
     def _on_publish(self, client: mqtt.Client, userdata: object, mid: int, reason: object, props: object) -> None:
         self.acked += 1
@@ -274,7 +353,8 @@ class _Worker:
             # extra send per message.
             c.connect(self.host, self.port, keepalive=30)
         deadline = time.monotonic() + timeout
-        while not all(c.is_connected() for c in self.clients.values()):
+        while not (all(c.is_connected() for c in self.clients.values())
+                   and len(self.subscribed) == len(self.clients)):
             if self.refused:
                 raise ConnectionError("refused: " + ", ".join(self.refused))
             if time.monotonic() > deadline:
@@ -286,18 +366,53 @@ class _Worker:
                     raise ConnectionError("refused: " + ", ".join(self.refused)) from None
                 raise
 
+    def _lost(self, d: int, why: str) -> None:
+        """Device ``d`` lost the broker: before start-up an error, afterwards retried."""
+        if not self.started:
+            raise ConnectionError(why)
+        self.down.setdefault(d, time.monotonic())
+
+    def _reconnect(self) -> None:
+        now = time.monotonic()
+        if not self.down or now < self._retry_at:
+            return
+        self._retry_at = now + _RETRY_S
+        for d, since in list(self.down.items()):
+            if now - since > RECONNECT_FOR_S:
+                raise ConnectionError("device d%d: no broker for %.0f s" % (d, now - since))
+            c = self.clients[d]
+            if c.socket() is not None:
+                continue                        # connecting: on_connect marks it up
+            try:
+                c.reconnect()
+            except OSError:
+                pass
+
+    def _resend_all(self, d: int) -> None:
+        """After a reconnect, everything the books of ``d`` hold goes out again, the same bytes."""
+        now = time.monotonic()
+        for e in self.books[d].values():
+            e[3] = now
+            if e[2] & 1:
+                self.todo.append((d, self.reading_topic[d], e[0]))
+            if e[2] & 2:
+                self.todo.append((d, topics.CORRECTIONS, e[1]))
+
     def _service(self, wait: float) -> None:
         """Read what the sockets hold (PUBACKs, CONNACKs), write what paho could not send yet;
         wait up to ``wait`` s for either, or for the parent's next message."""
         socks: dict[int, BufferedClient] = {}
+        device: dict[int, int] = {}
         buffered: list[int] = []
         wants: list[int] = []
-        for c in self.clients.values():
+        for d, c in self.clients.items():
             sock = c.buffered_socket()
             if sock is None:
-                raise ConnectionError("connection lost")
+                self._lost(d, "connection lost")
+                continue
             fd = sock.fileno()
             socks[fd] = c
+            device[fd] = d
             # What publish() put in the socket's buffer leaves now, in one send.
             if sock.unflushed:
                 sock.flush()
@@ -311,16 +426,18 @@ class _Worker:
             if fd != pipe:
                 rc = socks[fd].loop_read()
                 if rc != mqtt.MQTT_ERR_SUCCESS:
-                    raise ConnectionError(mqtt.error_string(rc))
+                    self._lost(device[fd], mqtt.error_string(rc))
         for fd in w:
             c = socks[fd]
+            if c.buffered_socket() is None:
+                continue                        # lost while reading
             c.loop_write()
             sock = c.buffered_socket()
             if sock is not None:
                 sock.flush()
 
     def run(self) -> None:
-        reported = 0
+        reported = committed_said = 0
         last_report = last_misc = time.monotonic()
         pipe, todo = self.pipe, self.todo
         while True:
@@ -331,7 +448,10 @@ class _Worker:
                 if kind == "close":
                     break
                 if kind == "records":
+                    now = time.monotonic()
                     for d, reading, correction in value:
+                        self.books[d][struct.unpack_from("<II", reading, READING_KEY_AT)] = \
+                            [reading, correction, 3, now]
                         todo.append((d, self.reading_topic[d], reading))
                         todo.append((d, topics.CORRECTIONS, correction))
                 else:
@@ -339,20 +459,41 @@ class _Worker:
             room = _INFLIGHT * len(self.clients) - (self.published - self.acked)
             for _ in range(max(0, min(_READ_EVERY, len(todo), room))):
                 d, topic, payload = todo.popleft()
+                if d in self.down:
+                    continue                    # its books resend it on reconnecting
                 info = self.clients[d].publish(topic, payload, qos=1)
                 if info.rc != mqtt.MQTT_ERR_SUCCESS:
-                    raise ConnectionError("device d%d: %s" % (d, mqtt.error_string(info.rc)))
+                    self._lost(d, "device d%d: %s" % (d, mqtt.error_string(info.rc)))
+                    continue
                 self.published += 1
             self._service(0 if todo and room > 0 else 0.05)
+            self._reconnect()
             now = time.monotonic()
             if self.acked != reported and (now - last_report >= _REPORT_S or self.acked == self.published):
                 pipe.send(("acked", self.acked - reported))
                 reported = self.acked
                 last_report = now
+            if self.committed != committed_said and (now - last_report >= _REPORT_S or not todo):
+                pipe.send(("committed", self.committed - committed_said))
+                committed_said = self.committed
             if now - last_misc >= 1.0:
                 for c in self.clients.values():
                     c.loop_misc()
+                self._resend_overdue(now)
                 last_misc = now
+
+    def _resend_overdue(self, now: float) -> None:
+        """Publish again, the same bytes, what is still not committed ``commit_timeout_s`` after
+        it was sent (a message the broker lost, an acknowledgement lost, an ingest restart)."""
+        for d, book in self.books.items():
+            for e in book.values():
+                if now - e[3] > self.commit_timeout_s:
+                    e[3] = now
+                    self.resent += 1
+                    if e[2] & 1:
+                        self.todo.append((d, self.reading_topic[d], e[0]))
+                    if e[2] & 2:
+                        self.todo.append((d, topics.CORRECTIONS, e[1]))
 
     def close(self) -> None:
         for c in self.clients.values():

@@ -99,9 +99,9 @@ def run_summary(opts: SummaryOptions, out: TextIO = sys.stdout) -> int:
 
     tok = new_token(rng)
     rec = wire.encode_reading(1, 1, 0, tok, 1, [int(v) for v in released[0]])
-    cor = wire.encode_correction(tok, int(ddiff[0]))
-    w("\nwire v1    reading %d bytes, correction %d bytes, serial frame %d bytes (docs/protocol.md)\n"
-      % (len(rec), len(cor), len(framing.frame(rec))))
+    cor = wire.encode_correction(1, 1, 0, tok, int(ddiff[0]))
+    w("\nwire v%d    reading %d bytes, correction %d bytes, serial frame %d bytes (docs/protocol.md)\n"
+      % (wire.VERSION, len(rec), len(cor), len(framing.frame(rec))))
     w("speed      %.0f records/s through shared_protocol on CPython (%.1f s)\n"
       % (opts.n / elapsed, elapsed))
     w("visible    true outliers still beyond the 99th percentile of normal readings' radius:\n")

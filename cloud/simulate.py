@@ -97,7 +97,7 @@ class FleetEncoder:
                 sealer = self._sealers[d]
                 corrections.append(sealer.seal(d + 1, self.boot_id, self._seq[d], sealer.last + 1, tok, dd))
             else:
-                corrections.append(wire.encode_correction(tok, dd))
+                corrections.append(wire.encode_correction(d + 1, self.boot_id, self._seq[d], tok, dd))
             dev_ids[i] = d + 1
             seqs[i] = self._seq[d]
             released[i] = out

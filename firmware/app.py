@@ -165,7 +165,8 @@ class App:
         user = cfg["broker_user"]
         self.uplink = Uplink(client, self.ring, lambda: open_socket(host, port, tls, ca, 5, insecure),
                              (topics.READINGS % user).encode(),
-                             (topics.STATUS % user).encode(), self.clock, self.rng,
+                             (topics.STATUS % user).encode(), (topics.ACK % user).encode(),
+                             self.clock, self.rng,
                              cfg["max_inflight"], cfg["ack_timeout_ms"], 250,
                              cfg["backoff_max_ms"], self.wifi, self.log)
         ring = self.ring

@@ -93,6 +93,8 @@ def run(dev, cfg_id, cols, eps, centre, win, cap, worst, led, rng=None, uart=Non
     boot = (rng.getrandbits(16) << 16) | rng.getrandbits(16)
     rb = bytearray(READING_HEAD_SIZE + 4 * m)
     cb = bytearray(CORRECTION_SIZE)
+    fa = bytearray(2 * len(rb) + 6)     # the two framed lines, reused for every record
+    fb = bytearray(2 * CORRECTION_SIZE + 6)
     s = prep(w, d, ln, dev, boot, led, worst)
     un = led[3]
     row = led[4]
@@ -125,7 +127,7 @@ def run(dev, cfg_id, cols, eps, centre, win, cap, worst, led, rng=None, uart=Non
         lc += 1
         t0 = _us()
         a, b = emit(rng, cols, lap, centre, ln, n, rb, cb, dev, boot, seq, cfg_id, d,
-                    (lc, reads, spent, un, win))
+                    (lc, reads, spent, un, win), fa, fb)
         cost += _diff(_us(), t0)
         s[0] += 1
         w(a)

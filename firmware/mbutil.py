@@ -18,10 +18,13 @@ from shared_protocol.layout import (CORRECTION, CORRECTION_SIZE, INT32_MAX, KIND
 NAME = 10      # hex digits of the token that name a kept record's file (mbio)
 
 
-def frame(p):
-    """framing.frame's line for payload ``p`` (a bytearray): one pass for hex and CRC."""
+def frame(p, o=None):
+    """framing.frame's line for payload ``p`` (a bytearray): one pass for hex and CRC, into
+    ``o`` (2 * len(p) + 6 bytes) when given: the node frames every record into the same two
+    buffers, as a fresh 62-byte block per line fragments the micro:bit's heap."""
     c = 0xFFFF
-    o = bytearray(2 * len(p) + 6)
+    if o is None:
+        o = bytearray(2 * len(p) + 6)
     o[0] = START
     i = 1
     for b in p:
@@ -61,20 +64,21 @@ def pack(rb, cb, tok, y, dd, dev, boot, seq, cfg_id):
                      tok, cfg_id)
     for j in range(len(y)):
         put32(rb, READING_HEAD_SIZE + 4 * j, y[j])
-    struct.pack_into(CORRECTION, cb, 0, VERSION, KIND_CORRECTION, 0, tok, 0)
+    struct.pack_into(CORRECTION, cb, 0, VERSION, KIND_CORRECTION, 0, dev, boot, seq, tok, 0)
     put32(cb, CORRECTION_SIZE - 4, dd)
 
 
-def emit(rng, cols, lap, centre, ln, n, rb, cb, dev, boot, seq, cfg_id, d, led):
+def emit(rng, cols, lap, centre, ln, n, rb, cb, dev, boot, seq, cfg_id, d, led, fa=None, fb=None):
     """Write the ledger ``led`` = (counter, readings seen, epsilon spent in their window,
     unit, window length) to flash first (file ``la`` or ``lb`` by turn, one framed line:
     its CRC-16 lets mbstate refuse a damaged file), before anything of the record exists;
     then release the reading ``raw0,raw1,...`` in ``ln[:n]`` (Node.release's draws): scale
     and clamp each column (fixedpoint.Affine.apply), add its noise, draw the token, encode
     both records, keep their framed lines in a file named by the token's first ``NAME``
-    hex digits (before they are sent: ``d`` is the folder prefix), return them. The ledger
-    writer lives here, not in a function of its own: one more global of a module costs the
-    node's heap more than these lines (a module's table of names grows in steps)."""
+    hex digits (before they are sent: ``d`` is the folder prefix), return them (in ``fa``
+    and ``fb`` when given). The ledger writer lives here, not in a function of its own:
+    one more global of a module costs the node's heap more than these lines (a module's
+    table of names grows in steps)."""
     f = open(d + ("la" if led[0] & 1 else "lb"), "wb")
     f.write(frame(bytes("%d %d %d %d %d" % led, "ascii")))
     f.close()
@@ -90,10 +94,10 @@ def emit(rng, cols, lap, centre, ln, n, rb, cb, dev, boot, seq, cfg_id, d, led):
         y.append(v + lap[j].sample())
     tok = new_token(rng)
     pack(rb, cb, tok, y, norm(y, centre) - norm(q, centre), dev, boot, seq, cfg_id)
-    a = frame(rb)
-    b = frame(cb)
+    a = frame(rb, fa)
+    b = frame(cb, fb)
     # the name: the token's first hex digits in the correction's line, after "~" and the
-    # 4 bytes before the token (the record ends with the token and the int32 d_diff)
+    # clear header before the token (the record ends with the token and the int32 d_diff)
     t = 1 + 2 * (CORRECTION_SIZE - 4 - TOKEN_SIZE)
     f = open(d + str(bytes(b[t:t + NAME]), "ascii"), "wb")
     f.write(a)          # two writes, not one joined copy: bytes the heap may not have

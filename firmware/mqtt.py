@@ -1,4 +1,4 @@
-"""A small MQTT 3.1.1 client for a sensor: QoS 1 publishing, keepalive, nothing else.
+"""A small MQTT 3.1.1 client for a sensor: QoS 1 publishing, keepalive, one QoS 0 subscription.
 
     c = MQTTClient("dpsense-d7", "d7", "secret", keepalive=60, clock=time)
     c.connect(open_socket("broker.local", 1883))    # raises OSError (MQTTError) on failure
@@ -8,7 +8,8 @@
 The caller chooses every packet id, so a message resent after a reconnect goes out
 with the same id, DUP set and the caller's stored payload bytes (the ring buffer's),
 never a re-encoded one. CONNECT uses clean_session=False: the broker keeps the
-session across connection losses. No subscriptions: a sensor only publishes.
+session across connection losses. ``subscribe`` asks for one topic at QoS 0 (the cloud's
+acknowledgements); ``poll`` returns a message on it as ``(PUBLISH, payload)``.
 
 Every network problem is an ``OSError`` (``MQTTError`` is one): it leaves the client
 closed and the caller reconnects (firmware/uplink.py does, with backoff).
@@ -20,6 +21,8 @@ CONNECT = 0x10
 CONNACK = 0x20
 PUBLISH = 0x30
 PUBACK = 0x40
+SUBSCRIBE = 0x82
+SUBACK = 0x90
 PINGREQ = 0xC0
 PINGRESP = 0xD0
 DISCONNECT = 0xE0
@@ -165,11 +168,26 @@ class MQTTClient:
         # stall on Nagle's algorithm (MicroPython offers no TCP_NODELAY).
         self._write(publish_header(topic, pid, len(payload), dup) + payload)
 
+    def subscribe(self, topic, pid):
+        """SUBSCRIBE to ``topic`` at QoS 0; the SUBACK comes through ``poll``."""
+        body = struct.pack("!H", pid) + _field(topic) + b"\x00"
+        self._write(bytes([SUBSCRIBE]) + varint(len(body)) + body)
+
     def poll(self):
-        """One received packet as ``(type, packet id or 0)``, or None if nothing is waiting."""
+        """One received packet as ``(type, packet id or 0)``, a QoS 0 message as
+        ``(PUBLISH, payload)``, or None if nothing is waiting."""
         kind, body = self._read_packet(False)
         if kind is None:
             return None
+        if kind == PUBLISH:
+            # QoS 0 only (the subscription's): no packet id after the topic.
+            if len(body) < 2:
+                raise MQTTError("PUBLISH with %d bytes" % len(body))
+            return (PUBLISH, body[2 + ((body[0] << 8) | body[1]):])
+        if kind == SUBACK:
+            if len(body) != 3 or body[2] & 0x80:
+                raise MQTTError("subscription refused")
+            return (SUBACK, (body[0] << 8) | body[1])
         if kind == PINGRESP:
             self._ping_at = None
             return (PINGRESP, 0)

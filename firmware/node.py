@@ -72,7 +72,8 @@ class Node:
             self.sealer.seal_into(self._cbuf, self.device_id, self.boot_id, seq, nonce, tok,
                                   _clamp_i32(d_diff))
         else:
-            wire.encode_correction_into(self._cbuf, tok, _clamp_i32(d_diff))
+            wire.encode_correction_into(self._cbuf, self.device_id, self.boot_id, seq, tok,
+                                        _clamp_i32(d_diff))
         self.send(bytes(self._rbuf[:n]), bytes(self._cbuf))
         # Within a boot the number wraps from 2^32-1 to 0 (docs/protocol.md, section 9).
         self.seq = seq + 1 if seq < 0xFFFFFFFF else 0

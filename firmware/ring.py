@@ -1,9 +1,9 @@
-"""Flash-backed ring buffer of released records that the broker has not acknowledged.
+"""Flash-backed ring buffer of released records that the cloud has not acknowledged.
 
     ring = Ring("ring.bin", room=34, records=64, max_bytes=8192)
     o = ring.put(reading, correction)      # on flash before anything is sent
     reading, correction, parts = ring.get(o)
-    ring.ack(o, 0); ring.ack(o, 1)         # the PUBACKs of both messages
+    ring.ack(o, 0); ring.ack(o, 1)         # the cloud committed both records
     ring.sync()                            # persist acknowledgements (batched)
 
 A record is the pair (reading record, correction record) of one release, with an
@@ -15,7 +15,7 @@ File layout (shared_protocol/ringlayout.py, which the config checker sizes rings
 with): a 16-byte header (magic ``DPR1``, slot size u16, slot count u16, dropped u32,
 reserved u32), then fixed-size slots, ordinal ``o`` in slot ``o % n``: state u8,
 reading length u8, reserved u16, ordinal u32, the reading padded to ``room`` bytes,
-then the correction (16 bytes, or 48 sealed). State 0 is an unused slot; 0x80 a used one, plus bit 0
+then the correction (28 bytes, or 48 sealed). State 0 is an unused slot; 0x80 a used one, plus bit 0
 while the reading and bit 1 while the correction is unacknowledged.
 
 Guarantees: ``put`` returns after the slot is written (a whole slot in one write,
@@ -29,11 +29,11 @@ the oldest and counts it in ``dropped`` (persisted in the header).
 import struct
 
 try:
-    from shared_protocol.layout import CORRECTION_SIZE
+    from shared_protocol.layout import CORRECTION_SIZE, READING_KEY_AT
     from shared_protocol.ringlayout import (HEAD, HEAD_SIZE, MAGIC, SLOT_HEAD, SLOT_HEAD_SIZE,
                                            slot_count, slot_size)
 except ImportError:
-    from layout import CORRECTION_SIZE
+    from layout import CORRECTION_SIZE, READING_KEY_AT
     from ringlayout import HEAD, HEAD_SIZE, MAGIC, SLOT_HEAD, SLOT_HEAD_SIZE, slot_count, slot_size
 
 _USED = 0x80
@@ -176,8 +176,15 @@ class Ring:
         r = SLOT_HEAD_SIZE
         return bytes(buf[r:r + rlen]), bytes(buf[r + self.room:]), parts
 
+    def key(self, o):
+        """``(boot_id, seq)`` of the reading stored under ordinal ``o`` (read from flash)."""
+        f = self._f
+        assert f is not None
+        f.seek(HEAD_SIZE + (o % self.n) * self.slot + SLOT_HEAD_SIZE + READING_KEY_AT)
+        return struct.unpack("<II", f.read(8))
+
     def ack(self, o, part):
-        """The broker acknowledged message ``part`` (0 reading, 1 correction) of ``o``."""
+        """The cloud acknowledged message ``part`` (0 reading, 1 correction) of ``o``."""
         bit = 1 << part
         if not self.parts(o) & bit:
             return

@@ -47,7 +47,7 @@ def by_token(pubs: list[Publish], data_dir: Path | None = None) -> dict[bytes, l
                 assert k is not None, "no key for a sealed record"
                 out[open_record(k, p.payload)[4]].append(p)
             else:
-                out[wire.decode_correction(p.payload)[0]].append(p)
+                out[wire.decode_correction(p.payload)[3]].append(p)
     return out
 
 

@@ -1,4 +1,4 @@
-"""Wire format v1 in numbers: the sizes and bounds every encoder and decoder shares.
+"""Wire format v2 in numbers: the sizes and bounds every encoder and decoder shares.
 
     from shared_protocol.layout import CORRECTION_SIZE, reading_size
     buf = bytearray(reading_size(2))      # 34 bytes: a reading record with two values
@@ -10,7 +10,7 @@ module imports nothing, so a board pays only for these few names. The field orde
 is docs/protocol.md's (and wire.py's docstring).
 """
 
-VERSION = 1                  # the wire format's version (the project's is __version__)
+VERSION = 2                  # the wire format's version (the project's is __version__)
 KIND_READING = 1
 KIND_CORRECTION = 2
 TOKEN_SIZE = 8
@@ -24,9 +24,22 @@ CONFIG_ID_MAX = 0xFFFF       # a u16 field
 # then ncols little-endian int32 values.
 READING_HEAD = "<BBBBIII8sH"
 READING_HEAD_SIZE = 26
-# version, kind, reserved u16, token (TOKEN_SIZE), d_diff int32.
-CORRECTION = "<BBH8si"
-CORRECTION_SIZE = 16
+READING_KEY_AT = 8           # boot_id u32 then seq u32 start here in a reading record
+# version, kind, reserved u16, device_id, boot_id, seq (those of its reading), token
+# (TOKEN_SIZE), d_diff int32. The first CORRECTION_HEAD_SIZE bytes are the clear header.
+CORRECTION = "<BBHIII8si"
+CORRECTION_SIZE = 28
+CORRECTION_HEAD_SIZE = 16
+
+# The cloud's acknowledgement of committed records (topics.ACK): version, kind, of (which
+# record of a reading: KIND_READING or KIND_CORRECTION), nranges, device_id, boot_id; then
+# nranges pairs (first seq, last seq), inclusive, u32 each.
+KIND_ACK = 8
+ACK_HEAD = "<BBBBII"
+ACK_HEAD_SIZE = 12
+ACK_RANGE = "<II"
+ACK_RANGE_SIZE = 8
+ACK_MAX_RANGES = 32
 
 
 def reading_size(ncols):

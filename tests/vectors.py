@@ -7,34 +7,58 @@ rather than restating it.
 TOKEN = b"\x01\x23\x45\x67\x89\xab\xcd\xef"
 
 # Reading: device 7, boot 1, seq 42, TOKEN, config 3, values (1200, -5)
-#   01 version | 01 kind=reading | 02 ncols | 00 flags
+#   02 version | 01 kind=reading | 02 ncols | 00 flags
 #   07 00 00 00 device_id=7 | 01 00 00 00 boot_id=1 | 2a 00 00 00 seq=42
 #   01 23 45 67 89 ab cd ef token | 03 00 config_id=3
 #   b0 04 00 00 value 1200 = 0x000004b0 | fb ff ff ff value -5 = 0xfffffffb
-READING_V1 = bytes([
-    0x01, 0x01, 0x02, 0x00,
+READING_V2 = bytes([
+    0x02, 0x01, 0x02, 0x00,
     0x07, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x2A, 0x00, 0x00, 0x00,
     0x01, 0x23, 0x45, 0x67, 0x89, 0xAB, 0xCD, 0xEF, 0x03, 0x00,
     0xB0, 0x04, 0x00, 0x00, 0xFB, 0xFF, 0xFF, 0xFF,
 ])
-READING_V1_FIELDS = (7, 1, 42, TOKEN, 3, (1200, -5))
+READING_V2_FIELDS = (7, 1, 42, TOKEN, 3, (1200, -5))
 
-# Correction: TOKEN, d_diff -1234 = 0xfffffb2e
-#   01 version | 02 kind=correction | 00 00 reserved | token | 2e fb ff ff
-CORRECTION_V1 = bytes([
-    0x01, 0x02, 0x00, 0x00,
+# Correction of that reading: device 7, boot 1, seq 42, TOKEN, d_diff -1234 = 0xfffffb2e
+#   02 version | 02 kind=correction | 00 00 reserved
+#   07 00 00 00 device_id=7 | 01 00 00 00 boot_id=1 | 2a 00 00 00 seq=42
+#   token | 2e fb ff ff d_diff
+CORRECTION_V2 = bytes([
+    0x02, 0x02, 0x00, 0x00,
+    0x07, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x2A, 0x00, 0x00, 0x00,
     0x01, 0x23, 0x45, 0x67, 0x89, 0xAB, 0xCD, 0xEF,
     0x2E, 0xFB, 0xFF, 0xFF,
 ])
-CORRECTION_V1_FIELDS = (TOKEN, -1234)
+CORRECTION_V2_FIELDS = (7, 1, 42, TOKEN, -1234)
+
+# Acknowledgement of committed readings (topic dpsense/ack/d7): device 7, boot 1, seqs 40..42
+# and 45 (43 and 44 are not committed, so not acknowledged)
+#   02 version | 08 kind=ack | 01 of=readings | 02 nranges
+#   07 00 00 00 device_id=7 | 01 00 00 00 boot_id=1
+#   28 00 00 00 first=40 | 2a 00 00 00 last=42 | 2d 00 00 00 first=45 | 2d 00 00 00 last=45
+ACK_V2 = bytes([
+    0x02, 0x08, 0x01, 0x02,
+    0x07, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
+    0x28, 0x00, 0x00, 0x00, 0x2A, 0x00, 0x00, 0x00,
+    0x2D, 0x00, 0x00, 0x00, 0x2D, 0x00, 0x00, 0x00,
+])
+ACK_V2_FIELDS = (1, 7, 1, [(40, 42), (45, 45)])
+# The same for the correction records of seqs 40..42 alone: of=02, one range (20 bytes).
+ACK_CORRECTIONS_V2 = bytes([
+    0x02, 0x08, 0x02, 0x01,
+    0x07, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
+    0x28, 0x00, 0x00, 0x00, 0x2A, 0x00, 0x00, 0x00,
+])
+ACK_CORRECTIONS_V2_FIELDS = (2, 7, 1, [(40, 42)])
 
 # CRC-16/CCITT-FALSE check value of the ASCII digits "123456789" (the catalogue's "check").
 CRC16_CHECK = 0x29B1
 # Frames: "~" + lowercase hex payload + 4 hex digits of crc16(payload) + "\n".
-# crc16(CORRECTION_V1) = 0xb870, crc16(READING_V1) = 0x6df9 (also binascii.crc_hqx(p, 0xffff)).
-CORRECTION_V1_FRAME = b"~010200000123456789abcdef2efbffffb870\n"
-READING_V1_FRAME = (b"~0101020007000000010000002a000000"
-                    b"0123456789abcdef0300b0040000fbffffff6df9\n")
+# crc16(CORRECTION_V2) = 0x5fbe, crc16(READING_V2) = 0xd9b7 (also binascii.crc_hqx(p, 0xffff)).
+CORRECTION_V2_FRAME = (b"~0202000007000000010000002a000000"
+                       b"0123456789abcdef2efbffff5fbe\n")
+READING_V2_FRAME = (b"~0201020007000000010000002a000000"
+                    b"0123456789abcdef0300b0040000fbffffffd9b7\n")
 
 # XorShift32(1): the seed is mixed by murmur3 fmix32 first:
 #   1 -> ^>>16: 0x1 -> *0x85ebca6b: 0x85ebca6b -> ^>>13: 0x85efe535 -> *0xc2b2ae35: 0x514e79f9
@@ -66,9 +90,9 @@ LAPLACE_SEED1 = {
 SEAL_ENC_KEY = bytes(range(0x00, 0x10))
 SEAL_MAC_KEY = bytes(range(0x20, 0x40))
 SEAL_FIELDS = (7, 1, 42, 5, TOKEN, -1234)       # device, boot, seq, nonce, token, d_diff
-#   01 version | 03 kind=sealed | 00 00 reserved | 07 00 00 00 device | 01 00 00 00 boot
+#   02 version | 03 kind=sealed | 00 00 reserved | 07 00 00 00 device | 01 00 00 00 boot
 #   2a 00 00 00 seq=42 | 05 00 00 00 nonce=5
-SEAL_HEADER = bytes.fromhex("0103000007000000010000002a00000005000000")
+SEAL_HEADER = bytes.fromhex("0203000007000000010000002a00000005000000")
 #   token || d_diff -1234 = 0xfffffb2e little-endian
 SEAL_PLAINTEXT = bytes.fromhex("0123456789abcdef2efbffff")
 #   4 zero bytes | device 7 | nonce 5 | block counter 0, all big-endian
@@ -76,8 +100,8 @@ SEAL_COUNTER_BLOCK = bytes.fromhex("00000000000000070000000500000000")
 #   plaintext XOR the first 12 bytes of AES-128(enc, counter block)
 SEAL_CIPHERTEXT = bytes.fromhex("f1ae2b3cc47f90dda7bf4d91")
 #   HMAC-SHA-256(mac, header || ciphertext); the record carries its first 16 bytes
-SEAL_HMAC = bytes.fromhex("4822b0e9cd6d7030fa9d88346a6827f5794f6bf60faa15581d9d7b9ef62e9006")
-SEALED_V1 = SEAL_HEADER + SEAL_CIPHERTEXT + SEAL_HMAC[:16]
+SEAL_HMAC = bytes.fromhex("78be6f77d639b7f887e819e43f90e93a07536a8fbfb2296d96a3487e5f4d4536")
+SEALED_V2 = SEAL_HEADER + SEAL_CIPHERTEXT + SEAL_HMAC[:16]
 # FIPS-197 appendix C.1: AES-128 with key 00..0f on 00112233445566778899aabbccddeeff.
 AES128_FIPS197 = (bytes(range(16)), bytes.fromhex("00112233445566778899aabbccddeeff"),
                   bytes.fromhex("69c4e0d86a7b0430d8cdb78070b4c55a"))

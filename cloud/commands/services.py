@@ -262,7 +262,7 @@ def do_status(args: argparse.Namespace) -> int:
                   % (w.id, w.group, w.n, w.attempts, w.last_error))
         for e in a.events(args.events):
             print("  %s %-9s %s" % (iso_time(e.at), e.kind, e.text))
-        tokens = a.token_array()
+        devices, wins, tokens = a.reading_tokens()
     with open_correction_store(st.correction_db) as c:
         print("correction  %d records, %d dead letters (%d distinct)"
               % (c.count(), c.dead_letter_messages(), c.dead_letter_count()))
@@ -286,6 +286,25 @@ def do_status(args: argparse.Namespace) -> int:
     only_c = np.setdiff1d(ctokens, tokens).size
     print("matching    %d readings without a correction record, %d correction records without a reading"
           "%s" % (only_a, only_c, " (records in flight count until they arrive)" if only_a or only_c else ""))
+    lacking = ~np.isin(tokens, ctokens)
+    by_win = wins[lacking]
+    if by_win.size:
+        ids, n = np.unique(by_win[by_win >= 0], return_counts=True)
+        shown = ["window %d: %d" % (w, k) for w, k in list(zip(ids.tolist(), n.tolist()))[-10:]]
+        pending = int((by_win < 0).sum())
+        if pending:
+            shown.append("not yet in a window: %d" % pending)
+        print("per window  readings without a correction record%s: %s"
+              % (" (the last 10 windows)" if ids.size > 10 else "", ", ".join(shown)))
+    # A record leaves its board only when both halves are committed (docs/protocol.md 3.1): a
+    # stored reading without its correction record is one its device still keeps and resends.
+    held = devices[lacking]
+    if held.size:
+        ids, n = np.unique(held, return_counts=True)
+        print("ack backlog %d records kept on their boards (reading stored, correction record not): %s"
+              % (held.size, ", ".join("device %d: %d" % (d, k) for d, k in zip(ids.tolist(), n.tolist()))))
+    else:
+        print("ack backlog 0 records: every stored reading's correction record is stored too")
     return 0
 
 

@@ -21,12 +21,13 @@ The guard's state is written after the batch's records are committed
 (``SealedStore.add_batch``), so a crash in between loses no record; it can only forget
 the nonces of that one batch.
 
-A plain correction record (kind 2) is accepted only from a device the key store lists as
-plaintext (``KeyStore.set_plaintext``): a device with keys, or an unknown one, cannot be
-downgraded by sending the record in clear. The record of the 28-byte kind-2 layout names
-its device. One of the 16-byte layout names none (the micro:bit sends it until kind 2
-carries the device): it is taken only while at least one device is configured plaintext,
-and refused otherwise.
+A plain correction record (kind 2, which names its device in its clear header) is accepted
+only from a device the key store lists as plaintext (``KeyStore.set_plaintext``): a device
+with keys, or an unknown one, cannot be downgraded by sending the record in clear.
+
+Each accepted record carries its header's ``(device, boot, seq)``, by which the ingest
+acknowledges it to the board after the commit (cloud/ingest/acks.py); a forged or replayed
+record is a dead letter and never acknowledged.
 """
 from __future__ import annotations
 
@@ -55,10 +56,6 @@ KEY_DIR = "correction-keys"
 KEY_FILE = "keys.json"
 NONCE_FILE = "nonces.db"
 WINDOW = 4096                   # nonces kept per device below the highest accepted
-# The 28-byte plain correction record that names its device (the `ack` layout of kind 2):
-# version, kind=2, reserved, device_id, boot_id, seq (this head), then token and d_diff.
-_PLAIN_NAMED_HEAD = "<BBHIII"
-_PLAIN_NAMED_SIZE = struct.calcsize(_PLAIN_NAMED_HEAD) + wire.TOKEN_SIZE + 4
 
 
 class SealedError(ValueError):
@@ -327,7 +324,7 @@ class SealedIngest:
             if topic != topics.CORRECTIONS:
                 return dead("not the corrections topic")
             if len(payload) < 2 or payload[0] != wire.VERSION:
-                return dead("malformed: not a v1 message")
+                return dead("malformed: not a v%d message" % wire.VERSION)
             kind = payload[1]
             if kind == seal.KIND_SEALED:
                 if len(payload) < seal.HEAD_SIZE:
@@ -338,37 +335,25 @@ class SealedIngest:
                 if keys is None:
                     return dead("no key for device %d (tools/flash.py provision gives it one)" % device_id)
                 try:
-                    device_id, _, _, nonce, token, d_diff = open_record(keys, payload, self._mac(keys))
+                    device_id, boot_id, seq, nonce, token, d_diff = open_record(keys, payload, self._mac(keys))
                 except SealedError:
                     # Provisioned again within the last recheck: the new keys, if any, decide.
                     newer = self.keys.keys_of(device_id, fresh=True)
                     if newer is None or newer == keys:
                         raise
                     keys = newer
-                    device_id, _, _, nonce, token, d_diff = open_record(keys, payload, self._mac(keys))
+                    device_id, boot_id, seq, nonce, token, d_diff = open_record(keys, payload, self._mac(keys))
                 self.guard.check(device_id, nonce, payload, keys.key_id)
-                return Correction(token, d_diff, received_at)
+                return Correction(token, d_diff, received_at, device_id, boot_id, seq)
             if kind == wire.KIND_CORRECTION:
-                if len(payload) == wire.CORRECTION_SIZE and len(payload) != _PLAIN_NAMED_SIZE:
-                    # The 16-byte layout names no device (the micro:bit's today): taken only
-                    # while some device is configured plaintext; a board that seals never
-                    # sends it (it stops instead), and no plain record is authenticated anyway.
-                    if not self.keys.devices()[1]:
-                        return dead("plain correction record names no device and no device is configured "
-                                    "plaintext: refused (no downgrade)")
-                    token, d_diff = wire.decode_correction(payload)
-                    return Correction(token, d_diff, received_at)
-                if len(payload) != _PLAIN_NAMED_SIZE:
-                    return dead("malformed: plain correction record of %d bytes" % len(payload))
-                _, _, reserved, device_id, _, _ = struct.unpack_from(_PLAIN_NAMED_HEAD, payload, 0)
-                token = bytes(payload[16:16 + wire.TOKEN_SIZE])
-                d_diff = struct.unpack_from("<i", payload, 16 + wire.TOKEN_SIZE)[0]
+                try:
+                    device_id, boot_id, seq, token, d_diff = wire.decode_correction(payload)
+                except wire.ProtocolError as e:
+                    return dead("malformed: %s" % e)
                 if not self.keys.is_plaintext(device_id):
                     return dead("plain correction record from device %d, which is not configured plaintext: "
                                 "refused (no downgrade)" % device_id)
-                if reserved != 0 or d_diff == wire.INT32_MIN:
-                    return dead("malformed: reserved field or d_diff")
-                return Correction(token, d_diff, received_at)
+                return Correction(token, d_diff, received_at, device_id, boot_id, seq)
             return dead("kind %d message on the corrections topic" % kind)
         except SealedError as e:
             return dead(str(e))
@@ -396,9 +381,11 @@ class SealedStore:
 
 
 def sealed_ingest(conn: Any, store: Any, data_dir: Path | str, share: str | None = None, **kw: Any) -> Any:
-    """The correction server's ingest service with sealed records (cloud/ingest/service.py);
-    ``share`` names an MQTT shared subscription group (docs/scale-out.md), or None."""
+    """The correction server's ingest service with sealed records (cloud/ingest/service.py), which
+    acknowledges each committed record to its device by the record's header; ``share`` names an MQTT shared subscription group (docs/scale-out.md), or None."""
+    from dpsense.cloud.ingest.acks import Acknowledger
     from dpsense.cloud.ingest.service import IngestService, shared_filter
+    kw.setdefault("acknowledger", Acknowledger.for_corrections)
     keys = KeyStore.for_data_dir(data_dir)
     private_dir(keys.folder)
     guard = ReplayGuard(keys.folder / NONCE_FILE)

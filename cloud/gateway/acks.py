@@ -1,16 +1,20 @@
-"""Acknowledgements to a serial board (docs/protocol.md 2.1): which records the broker
-has, and the answers to the board's polls.
+"""Acknowledgements to a serial board (docs/protocol.md 2.1): which records the cloud
+has committed, and the answers to the board's polls.
 
     acks = Acknowledgements()
     acks.track_record(mid_r, token, wire.KIND_READING)       # ids of the two publishes
     acks.track_record(mid_c, token, wire.KIND_CORRECTION)
-    acks.broker_acked(mid_r); acks.broker_acked(mid_c)       # the PUBACKs (paho's thread)
+    acks.track_key(boot, seq, token)                         # the record's key in the acks
+    acks.broker_acked(mid_r); acks.broker_acked(mid_c)       # the PUBACKs: counted only
+    acks.committed(wire.KIND_READING, boot, [(seq, seq)])    # the cloud's acknowledgements
+    acks.committed(wire.KIND_CORRECTION, boot, [(seq, seq)]) #   (docs/protocol.md 3.1)
     acks.poll(poll_count(b"!"))                              # the board asks
     acks.take_replies()                                      # b"!<token hex>\\n!\\n"
 
-A record is acknowledged to the board once the broker has acknowledged both of its
-messages (reading and correction, matched by their token), and only when the board
-polls: ``!N`` gets at most N acknowledgement lines, a bare ``!`` ACKS_PER_POLL, because
+A record is acknowledged to the board once the cloud has committed both of its records
+(the analyst's and the correction server's ingest each say so on the device's
+acknowledgement topic; a broker's PUBACK is not enough, as the broker may still lose the
+message), and only when the board polls: ``!N`` gets at most N acknowledgement lines, a bare ``!`` ACKS_PER_POLL, because
 the micro:bit's UART holds only 63 unread bytes. A record the board resent while its
 acknowledgement waited is acknowledged once: duplicates would crowd the few lines a
 poll carries.
@@ -22,6 +26,9 @@ from collections import deque
 
 ACKS_PER_POLL = 2         # 2 x 18 bytes + "!\n" + a stimulus row stay within the micro:bit's 63
 MAX_ACKS_PER_POLL = 99    # a poll "!N" asks for up to N (a board with room for them)
+# Record keys remembered for the cloud's acknowledgements: more than any board's ring holds, so
+# an acknowledgement of a resend (the board lost the first answer) is matched again.
+MAX_KEYS = 4096
 
 Record = tuple[bytes, int]    # (token, kind) of one message of a record
 
@@ -52,6 +59,7 @@ class Acknowledgements:
         self._ready: deque[bytes] = deque()         # tokens for the board's next polls
         self._queued: set[bytes] = set()            # the tokens in _ready
         self._replies: deque[bytes] = deque()       # lines to write to the board now
+        self._keys: dict[tuple[int, int], bytes] = {}   # (boot, seq) -> token, the newest MAX_KEYS
 
     def track_record(self, mid: object, token: bytes, kind: int) -> None:
         """Message ``mid`` carried the ``kind`` message of the record ``token``."""
@@ -61,8 +69,23 @@ class Acknowledgements:
         """Message ``mid`` carried a status message."""
         self._track(mid, None)
 
+    def track_key(self, boot_id: int, seq: int, token: bytes) -> None:
+        """A record's key, by which the cloud's acknowledgements name it."""
+        with self._lock:
+            self._keys[(boot_id, seq)] = token
+            if len(self._keys) > MAX_KEYS:
+                del self._keys[next(iter(self._keys))]
+
+    def committed(self, of: int, boot_id: int, ranges: list[tuple[int, int]]) -> None:
+        """The cloud committed the ``of`` records (a wire kind) of ``boot_id`` in ``ranges``."""
+        with self._lock:
+            for (boot, seq), token in self._keys.items():
+                if boot == boot_id and any(first <= seq <= last for first, last in ranges):
+                    self._half((token, of))
+
     def broker_acked(self, mid: int | None = None) -> None:
-        """The broker acknowledged message ``mid`` (None: a publish whose id is not tracked)."""
+        """The broker acknowledged message ``mid`` (None: a publish whose id is not tracked):
+        counted, nothing more (the record waits for the cloud's commit)."""
         with self._lock:
             self.acked += 1
             if mid is None:
@@ -70,9 +93,7 @@ class Acknowledgements:
             if mid not in self._waiting:
                 self._early.add(mid)
                 return
-            record = self._waiting.pop(mid)
-            if record is not None:
-                self._half(record)
+            self._waiting.pop(mid)
 
     def all_acked(self, published: int) -> bool:
         with self._lock:
@@ -101,17 +122,17 @@ class Acknowledgements:
         with self._lock:
             if mid in self._early:
                 self._early.discard(mid)
-                if record is not None:
-                    self._half(record)
             else:
                 self._waiting[mid] = record
 
     def _half(self, record: Record) -> None:
+        """Count one committed half; a whole record is queued for the board's next poll."""
         token, kind = record
         kinds = self._halves.setdefault(token, set())
         kinds.add(kind)
-        if len(kinds) == 2:
-            del self._halves[token]
-            if token not in self._queued:
-                self._queued.add(token)
-                self._ready.append(token)
+        if len(kinds) < 2:
+            return
+        del self._halves[token]
+        if token not in self._queued:
+            self._queued.add(token)
+            self._ready.append(token)

@@ -94,6 +94,16 @@ class Gateway:
     def acked(self, mid: int | None = None) -> None:
         self.acks.broker_acked(mid)
 
+    def committed(self, payload: bytes) -> None:
+        """An acknowledgement from the cloud on the device's topic (docs/protocol.md 3.1)."""
+        try:
+            of, device_id, boot_id, ranges = wire.decode_ack(payload)
+        except wire.ProtocolError as e:
+            self.log("gateway: acknowledgement ignored: %s" % e)
+            return
+        if topics.device_username(device_id) == self.device_user:
+            self.acks.committed(of, boot_id, ranges)
+
     def take_replies(self) -> bytes:
         """The lines to write to the board now (answers to its polls), oldest first."""
         return self.acks.take_replies()
@@ -132,6 +142,8 @@ class Gateway:
         except wire.ProtocolError as e:
             self._malformed(str(e))
             return
+        # Both records carry the reading's boot and seq, by which the cloud acknowledges them.
+        self.acks.track_key(fields[1], fields[2], fields[3])
         if kind == wire.KIND_READING:
             self.stats.readings += 1
             mid = self.publish(topics.READINGS % self.device_user, payload)
@@ -142,7 +154,7 @@ class Gateway:
         else:
             self.stats.corrections += 1
             mid = self.publish(topics.CORRECTIONS, payload)
-            self.acks.track_record(mid, fields[0], kind)
+            self.acks.track_record(mid, fields[3], kind)
 
     def _sealed(self, payload: bytes) -> None:
         """Relay a sealed correction record unchanged (the gateway cannot open it); its

@@ -48,11 +48,14 @@ def run(port: str, device_id: int, host: str, port_no: int, password: str,
             log("gateway: broker refused %s: %s" % (user, reason))
             return
         log("gateway: connected to %s:%d as %s" % (host, port_no, user))
+        # The cloud's acknowledgements of committed records (QoS 0; a lost one costs a resend).
+        c.subscribe(topics.ACK % user, qos=0)
         connected.set()
 
     gw = Gateway(device_id, lambda t, p: client.publish(t, p, qos=1).mid, log)
     client.on_connect = on_connect
     client.on_publish = lambda c, userdata, mid, reason, props: gw.acked(mid)
+    client.on_message = lambda c, userdata, msg: gw.committed(bytes(msg.payload))
     client.connect(host, port_no, keepalive=keepalive)
     client.loop_start()
     src = None

@@ -47,8 +47,8 @@ def classify_correction(topic: str, payload: bytes, received_at: float) -> Corre
         if kind != wire.KIND_CORRECTION:
             return DeadLetter(topic, payload, "kind %d message on the corrections topic" % kind,
                               received_at)
-        token, d_diff = fields
-        return Correction(token, d_diff, received_at)
+        device_id, boot_id, seq, token, d_diff = fields
+        return Correction(token, d_diff, received_at, device_id, boot_id, seq)
     except ProtocolError as e:
         return DeadLetter(topic, payload, "malformed: %s" % e, received_at)
     except Exception as e:

@@ -10,8 +10,13 @@ before the commit leaves the messages unacknowledged, so the broker redelivers t
 to the same persistent session; storage is idempotent on (device, boot, seq) or token,
 so a redelivery after a crash between commit and acknowledgement stores nothing twice.
 
-Everything that must follow a commit, and only follow it, is in ``_committed``: today the
-PUBACKs of the batch.
+Everything that must follow a commit, and only follow it, is in ``_committed``: the
+end-to-end acknowledgement (``acks.Acknowledger``: each device learns which of the batch's
+records the store now holds, docs/protocol.md 3.1; a board keeps a record until both of its
+records are acknowledged so, never on the broker's PUBACK alone), then the PUBACKs of the
+batch. What to acknowledge comes from the insert itself (the store's ``last_conflicted``),
+not from reading the batch back; while more messages wait, the acknowledgements of several
+batches go out together (``ACK_EVERY_S``), one message per device and boot.
 
 The client is cloud/mqttio.py's: its socket reads in blocks and writes the PUBACKs of a batch
 in one call, and its network thread (``NetworkLoop``, not paho's ``loop_start``) reads every
@@ -43,6 +48,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from dpsense.cloud import topics
 from dpsense.cloud.errors import DpsenseError, ServiceError, StorageUnavailable, UsageError
+from dpsense.cloud.ingest.acks import Acknowledger
 from dpsense.cloud.ingest.classify import classify_correction, classify_reading
 from dpsense.cloud.mqttio import BufferedClient, NetworkLoop
 from dpsense.cloud.session import Session
@@ -50,6 +56,11 @@ from dpsense.cloud.storage.repository import DeadLetter
 
 # Errors of a commit that a later try of the same batch may not meet.
 RETRYABLE = (StorageUnavailable, OSError)
+# A busy ingest (more messages waiting after a commit) sends the end-to-end acknowledgements
+# of its committed batches at least this often, or once this many records wait for one; an
+# idle one at once. Boards resend what stays unacknowledged after seconds (docs/protocol.md 3.1).
+ACK_EVERY_S = 0.1
+ACK_MOST = 20000
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,7 @@ class IngestStats:
     dead: int = 0
     batches: int = 0
     reconnects: int = 0
+    acked: int = 0                  # records acknowledged to their devices (resends included)
     started: float = field(default_factory=time.monotonic)
 
 
@@ -158,7 +170,9 @@ class IngestService:
     def __init__(self, conn: Connection, topic_filter: str, classify: Callable[[str, bytes, float], Any],
                  store: Any, batch_size: int = 500, batch_wait: float = 0.05,
                  log: Callable[[str], None] | None = None, progress_every: float = 5.0,
-                 retire: bool = False) -> None:
+                 retire: bool = False,
+                 acknowledger: Callable[[Callable[[str, bytes], None]], Acknowledger] | None = None
+                 ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self.conn = conn
@@ -177,16 +191,24 @@ class IngestService:
         self.session = Session(conn, "ingest", self.log)
         self._client = self._make_client()
         self._net = NetworkLoop(self._client, "ingest", min_delay=0.2, max_delay=5.0)
+        self.acker = acknowledger(self._publish_ack) if acknowledger is not None else None
+        self._acks_at = time.monotonic()
 
     @classmethod
     def for_analyst(cls, conn: Connection, store: Any, share: str | None = None, **kw: Any) -> "IngestService":
+        kw.setdefault("acknowledger", Acknowledger.for_readings)
         return cls(conn, shared_filter(share, topics.READINGS_ALL), classify_reading, store, **kw)
 
     @classmethod
     def for_correction(cls, conn: Connection, store: Any, share: str | None = None, **kw: Any) -> "IngestService":
         """Plain correction records, unchecked for their device: the services run
         cloud/correction/sealed.py's ``sealed_ingest`` instead (sealed records, no downgrade)."""
+        kw.setdefault("acknowledger", Acknowledger.for_corrections)
         return cls(conn, shared_filter(share, topics.CORRECTIONS), classify_correction, store, **kw)
+
+    def _publish_ack(self, topic: str, payload: bytes) -> None:
+        # QoS 0: a lost acknowledgement costs the board a resend, which is acknowledged again.
+        self._client.publish(topic, payload, qos=0)
 
     # -- paho callbacks (network thread) ------------------------------------------------
     def _make_client(self) -> BufferedClient:
@@ -266,12 +288,23 @@ class IngestService:
         s.duplicates += len(records) - inserted - conflicts
         s.dead += len(dead) + conflicts
         s.batches += 1
-        self._committed(batch)
+        self._committed(batch, records)
         return True
 
-    def _committed(self, batch: list[_Msg]) -> None:
-        """After the commit of ``batch``, and only then: acknowledge it to the broker. paho
-        queues each PUBACK; the network thread, woken once, writes them in one call."""
+    def _committed(self, batch: list[_Msg], records: list[Any]) -> None:
+        """After the commit of ``batch``, and only then: tell the devices which of ``records``
+        the store holds (all but the store's ``last_conflicted``), then acknowledge the batch
+        to the broker. paho queues each message and PUBACK; the network thread, woken once,
+        writes them in one call."""
+        acker = self.acker
+        if acker is not None:
+            acker.add(records, self.store.last_conflicted)
+            now = time.monotonic()
+            # While more waits in the inbox, several batches share one message per device.
+            if self._q.empty() or now - self._acks_at >= ACK_EVERY_S or acker.pending >= ACK_MOST:
+                acker.flush()
+                self._acks_at = now
+                self.stats.acked = acker.acked
         gen = self._gen
         client = self._client
         for m in batch:
@@ -299,6 +332,9 @@ class IngestService:
             while not self._q.empty():
                 if not self.process(self._take_batch(), stop):
                     break
+            if self.acker is not None:
+                self.acker.flush()
+                self.stats.acked = self.acker.acked
         except DpsenseError:
             raise
         except Exception as e:  # a bug or an unforeseen failure: one line, the cause chained
@@ -311,5 +347,5 @@ class IngestService:
     def _progress(self) -> None:
         s = self.stats
         rate = s.received / max(1e-9, time.monotonic() - s.started)
-        self.log("ingest %s: %d received, %d stored, %d duplicates, %d dead letters (%.0f msg/s)"
-                 % (self.topic_filter, s.received, s.stored, s.duplicates, s.dead, rate))
+        self.log("ingest %s: %d received, %d stored, %d duplicates, %d dead letters, %d acknowledged"
+                 " (%.0f msg/s)" % (self.topic_filter, s.received, s.stored, s.duplicates, s.dead, s.acked, rate))

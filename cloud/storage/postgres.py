@@ -276,6 +276,7 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
             added = 0
             conflicts: list[DeadLetter] = []
+            conflicted: list[int] = []
             if rows:
                 with cur.copy("COPY reading_batch (ord, %s) FROM STDIN (FORMAT BINARY)" % _READING_COLUMNS) as copy:
                     copy.set_types(_READING_TYPES)
@@ -290,9 +291,11 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
                 cur.execute("SELECT b.ord FROM reading_batch b JOIN readings r USING (device_id, boot_id, seq)"
                             " WHERE (r.token, r.config_id, r.vals) IS DISTINCT FROM (b.token, b.config_id, b.vals)"
                             " ORDER BY b.ord", prepare=False)
-                conflicts = [reading_conflict(readings[ord_]) for (ord_,) in cur.fetchall()]
+                conflicted = [ord_ for (ord_,) in cur.fetchall()]
+                conflicts = [reading_conflict(readings[ord_]) for ord_ in conflicted]
             self._insert_dead(cur, list(dead) + conflicts)
             self.last_conflicts = len(conflicts)
+            self.last_conflicted = frozenset(conflicted)
             self._count_batch(cur, len(readings) + len(dead), added, len(readings), len(dead) + len(conflicts))
         return added
 
@@ -361,6 +364,7 @@ class PostgresCorrectionStore(_PostgresDatabase, CorrectionStore):
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
             added = 0
             conflicts: list[DeadLetter] = []
+            conflicted: list[int] = []
             if rows:
                 with cur.copy("COPY correction_batch (ord, token, d_diff, received_at) FROM STDIN (FORMAT BINARY)") \
                         as copy:
@@ -374,9 +378,11 @@ class PostgresCorrectionStore(_PostgresDatabase, CorrectionStore):
             if added < len(rows):
                 cur.execute("SELECT b.ord FROM correction_batch b JOIN corrections c USING (token)"
                             " WHERE c.d_diff <> b.d_diff ORDER BY b.ord", prepare=False)
-                conflicts = [correction_conflict(corrections[ord_]) for (ord_,) in cur.fetchall()]
+                conflicted = [ord_ for (ord_,) in cur.fetchall()]
+                conflicts = [correction_conflict(corrections[ord_]) for ord_ in conflicted]
             self._insert_dead(cur, list(dead) + conflicts)
             self.last_conflicts = len(conflicts)
+            self.last_conflicted = frozenset(conflicted)
         return added
 
     def lookup(self, tokens: list[bytes]) -> dict[bytes, int]:

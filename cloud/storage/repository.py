@@ -79,11 +79,17 @@ class Reading:
 
 @dataclass(frozen=True)
 class Correction:
-    """One decoded correction record: the record token and its distance difference."""
+    """One decoded correction record: the record token and its distance difference, and the
+    device, boot and seq of its reading from the record's clear header. Stores keep only the
+    token, d_diff and arrival time; the header serves the acknowledgement (cloud/ingest/acks.py)
+    and is not part of the content (``==``)."""
 
     token: bytes
     d_diff: int
     received_at: float
+    device_id: int = field(default=0, compare=False)
+    boot_id: int = field(default=0, compare=False)
+    seq: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.token) != wire.TOKEN_SIZE:
@@ -171,8 +177,10 @@ class AnalystStore(StreamTables, ABC):
     """Perturbed readings, dead letters, detection progress (``meta``) and detection results."""
 
     # Readings of the last committed ``add_batch`` whose key was stored with other content:
-    # dead letters, not duplicates.
+    # dead letters, not duplicates; ``last_conflicted`` holds their positions in its list (every
+    # other reading of the batch is stored as sent: new, or found identical).
     last_conflicts: int = 0
+    last_conflicted: frozenset[int] = frozenset()
 
     @abstractmethod
     def add_batch(self, readings: list[Reading], dead: list[DeadLetter]) -> int:
@@ -246,8 +254,9 @@ class CorrectionStore(TokenListing, ABC):
     """Record tokens and distance differences, plus dead letters; no device identity at all."""
 
     # Corrections of the last committed ``add_batch`` whose token was stored with another
-    # d_diff: dead letters, not duplicates.
+    # d_diff: dead letters, not duplicates; ``last_conflicted`` holds their positions in its list.
     last_conflicts: int = 0
+    last_conflicted: frozenset[int] = frozenset()
 
     _token_table = "corrections"
 
@@ -364,7 +373,10 @@ def reading_conflict(reading: Reading) -> DeadLetter:
 def correction_conflict(correction: Correction) -> DeadLetter:
     """The dead letter for a correction whose token is stored with a different d_diff.
 
-    A ``Correction`` carries no topic, so the dead letter's topic is empty.
+    A ``Correction`` carries no topic, so the dead letter's topic is empty. Packed with the
+    layout directly: a correction read back from a store has no header (device 0).
     """
-    payload = wire.encode_correction(correction.token, correction.d_diff)
+    c = correction
+    payload = struct.pack(wire.CORRECTION, wire.VERSION, wire.KIND_CORRECTION, 0, c.device_id, c.boot_id,
+                          c.seq, bytes(c.token), c.d_diff)
     return DeadLetter("", payload, CONFLICTING_DUPLICATE, correction.received_at)

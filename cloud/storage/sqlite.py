@@ -286,9 +286,11 @@ class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
                     % ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk)),
                     [v for row in chunk for v in row])
                 added += cur.rowcount
-            conflicts = self._conflicts(cur, readings, rows) if added < len(rows) else []
+            conflicted = self._conflicts(cur, rows) if added < len(rows) else []
+            conflicts = [reading_conflict(readings[i]) for i in conflicted]
             self._insert_dead(cur, list(dead) + conflicts)
             self.last_conflicts = len(conflicts)
+            self.last_conflicted = frozenset(conflicted)
             self._count_batch(cur, len(readings) + len(dead), added, len(readings), len(dead) + len(conflicts))
         return added
 
@@ -298,15 +300,15 @@ class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
         self._migrate_results(cur)
 
     @staticmethod
-    def _conflicts(cur: sqlite3.Cursor, readings: list[Reading], rows: list[tuple[Any, ...]]) -> list[DeadLetter]:
-        """Dead letters for the readings whose key is stored with other content."""
+    def _conflicts(cur: sqlite3.Cursor, rows: list[tuple[Any, ...]]) -> list[int]:
+        """Positions of the rows whose key is stored with other content."""
         stored: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         for key in dict.fromkeys(row[:3] for row in rows):
             # One indexed lookup per key: SQLite plans a row-value IN list as a full index scan.
             stored[key] = cur.execute(
                 "SELECT token, config_id, vals FROM readings WHERE device_id = ? AND boot_id = ? AND seq = ?",
                 key).fetchone()
-        return [reading_conflict(r) for r, row in zip(readings, rows) if stored[row[:3]] != row[3:6]]
+        return [i for i, row in enumerate(rows) if stored[row[:3]] != row[3:6]]
 
     def count(self) -> int:
         return self._scalar("SELECT count(*) FROM readings", "count readings")
@@ -381,12 +383,14 @@ class SqliteCorrectionStore(_SqliteDatabase, CorrectionStore):
                 cur.executemany("INSERT INTO corrections (token, d_diff, received_at) VALUES (?, ?, ?)"
                                 " ON CONFLICT (token) DO NOTHING", rows)
                 added = cur.rowcount
-            conflicts: list[DeadLetter] = []
+            conflicted: list[int] = []
             if added < len(rows):
                 stored = self._lookup(cur, [c.token for c in corrections])
-                conflicts = [correction_conflict(c) for c in corrections if stored[c.token] != c.d_diff]
+                conflicted = [i for i, c in enumerate(corrections) if stored[c.token] != c.d_diff]
+            conflicts = [correction_conflict(corrections[i]) for i in conflicted]
             self._insert_dead(cur, list(dead) + conflicts)
             self.last_conflicts = len(conflicts)
+            self.last_conflicted = frozenset(conflicted)
         return added
 
     def lookup(self, tokens: list[bytes]) -> dict[bytes, int]:

@@ -215,6 +215,28 @@ class StreamTables(TokenListing):
         return {name: float(found.get(name, 0.0)) for name in sorted(set(COUNTERS) | set(found))
                 if not name.startswith(SET_APART_PREFIX)}
 
+    def reading_tokens(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.uint64]]:
+        """Every stored reading's device id, window (-1 while it has none) and token (as
+        ``token_array``), aligned, in row order."""
+        devs: list[npt.NDArray[np.int64]] = []
+        wins: list[npt.NDArray[np.int64]] = []
+        toks: list[npt.NDArray[np.uint64]] = []
+        after = 0
+        while True:
+            rows = self._rows("list tokens by device and window", self._q(
+                "SELECT row_id, device_id, coalesce(win, -1), token FROM readings WHERE row_id > ?"
+                " ORDER BY row_id LIMIT ?"), (after, _TOKEN_CHUNK))
+            if not rows:
+                break
+            devs.append(np.array([int(r[1]) for r in rows], dtype=np.int64))
+            wins.append(np.array([int(r[2]) for r in rows], dtype=np.int64))
+            toks.append(np.frombuffer(b"".join(bytes(r[3]) for r in rows), dtype="<u8").astype(np.uint64))
+            after = rows[-1][0]
+        if not devs:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, np.zeros(0, dtype=np.uint64)
+        return np.concatenate(devs), np.concatenate(wins), np.concatenate(toks)
+
     # -- arrival ------------------------------------------------------------------------------------
     def max_row_id(self) -> int:
         """The newest reading's row id (0 when there is none): an index lookup, whatever the size."""

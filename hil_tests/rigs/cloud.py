@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -35,13 +36,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class CloudSide:
-    def __init__(self, workdir: Path, bind: str = "127.0.0.1") -> None:
+    def __init__(self, workdir: Path, bind: str = "127.0.0.1", analyst_url: str | None = None,
+                 correction_url: str | None = None) -> None:
         self.dir = Path(workdir)
         self.bind = bind          # where the relays listen for devices
         self.dir.mkdir(parents=True, exist_ok=True)
         self.broker = Broker(self.dir, port=free_port())
         self.analyst_db = self.dir / "analyst.db"
         self.correction_db = self.dir / "correction.db"
+        # SQLite files by default; a test may give PostgreSQL URLs (tests/pgserver.py).
+        self.analyst_url = analyst_url or "sqlite:///%s" % self.analyst_db
+        self.correction_url = correction_url or "sqlite:///%s" % self.correction_db
         self.relay = TcpRelay(self.broker.host, self.broker.port, self.dir / "relay", bind=bind)
         self.tls_relays: list[TcpRelay] = []
         self.passwords: dict[str, str] = {}
@@ -67,8 +72,8 @@ class CloudSide:
             self._ingest[role] = subprocess.Popen(
                 [sys.executable, "-m", "dpsense.cloud.cli", "ingest", "--role", role,
                  "--data-dir", str(self.dir), "--broker-port", str(self.broker.port),
-                 "--analyst-db", "sqlite:///%s" % self.analyst_db,
-                 "--correction-db", "sqlite:///%s" % self.correction_db, "--batch-size", "200"],
+                 "--analyst-db", self.analyst_url,
+                 "--correction-db", self.correction_url, "--batch-size", "200"],
                 env=env, stdout=subprocess.DEVNULL, stderr=log, cwd=ROOT)
         # The subscription must exist before the device publishes, or the broker drops
         # what arrives first: wait for the acknowledged SUBSCRIBE.
@@ -137,6 +142,23 @@ class CloudSide:
     def start_broker(self) -> None:
         self.broker.start()
 
+    def kill_broker(self) -> None:
+        """kill -9 of Mosquitto (what it had not yet saved is gone), then start it again on the
+        same port and store."""
+        self.broker.kill()
+        self.broker.start()
+
+    def pause_ingest(self, role: str, paused: bool) -> None:
+        """SIGSTOP (or SIGCONT) one ingest: the broker queues what arrives meanwhile."""
+        os.kill(self._ingest[role].pid, signal.SIGSTOP if paused else signal.SIGCONT)
+
+    def kill_ingest(self, role: str) -> None:
+        """kill -9 of one ingest, then start it again on the same store and session."""
+        p = self._ingest[role]
+        p.kill()
+        p.wait()
+        self._start_ingest(role)
+
     def broker_log(self) -> str:
         p = self.broker.log_path
         return p.read_text(errors="replace") if p.exists() else ""
@@ -158,23 +180,23 @@ class CloudSide:
         return self.broker.add_device(device_id, password="hilDevicePassword")
 
     def readings(self) -> list[Reading]:
-        if not self.analyst_db.exists():
+        if self.analyst_url.startswith("sqlite") and not self.analyst_db.exists():
             return []
-        with open_analyst_store("sqlite:///%s" % self.analyst_db) as s:
+        with open_analyst_store(self.analyst_url) as s:
             return [r for _, r in s.readings_after(0, 10 ** 7)]
 
     def reading_count(self) -> int:
-        if not self.analyst_db.exists():
+        if self.analyst_url.startswith("sqlite") and not self.analyst_db.exists():
             return 0
-        with open_analyst_store("sqlite:///%s" % self.analyst_db) as s:
+        with open_analyst_store(self.analyst_url) as s:
             return s.count()
 
     def gaps(self) -> list[Gap]:
-        with open_analyst_store("sqlite:///%s" % self.analyst_db) as s:
+        with open_analyst_store(self.analyst_url) as s:
             return s.gaps()
 
     def dead_letters(self) -> int:
-        with open_analyst_store("sqlite:///%s" % self.analyst_db) as s:
+        with open_analyst_store(self.analyst_url) as s:
             return s.dead_letter_count()
 
     def correction_dead_letters(self) -> list[str]:
@@ -185,15 +207,15 @@ class CloudSide:
             return [d.reason for d in s.dead_letters()]
 
     def corrections(self, tokens: list[bytes]) -> dict[bytes, int]:
-        if not self.correction_db.exists():
+        if self.correction_url.startswith("sqlite") and not self.correction_db.exists():
             return {}
-        with open_correction_store("sqlite:///%s" % self.correction_db) as s:
+        with open_correction_store(self.correction_url) as s:
             return s.lookup(tokens)
 
     def correction_count(self) -> int:
-        if not self.correction_db.exists():
+        if self.correction_url.startswith("sqlite") and not self.correction_db.exists():
             return 0
-        with open_correction_store("sqlite:///%s" % self.correction_db) as s:
+        with open_correction_store(self.correction_url) as s:
             return s.count()
 
     def status_events(self, event: str) -> list[dict]:

@@ -14,7 +14,7 @@ TOPIC = "dpsense/readings/d7"
 
 
 def test_a_reading_keeps_the_value_bytes_of_its_payload():
-    r = classify_reading(TOPIC, vectors.READING_V1, 5.0)
+    r = classify_reading(TOPIC, vectors.READING_V2, 5.0)
     assert isinstance(r, Reading)
     assert r.values == (1200, -5)
     # b0 04 00 00 | fb ff ff ff: the last 8 bytes of the golden reading (docs/protocol.md 1.4)
@@ -23,9 +23,9 @@ def test_a_reading_keeps_the_value_bytes_of_its_payload():
 
 
 def test_stored_as_from_the_payload_or_packed_the_rows_are_the_same(tmp_path):
-    kept = classify_reading(TOPIC, vectors.READING_V1, 5.0)
+    kept = classify_reading(TOPIC, vectors.READING_V2, 5.0)
     assert isinstance(kept, Reading)
-    packed = Reading(*vectors.READING_V1_FIELDS[:5], (1200, -5), TOPIC, 5.0)
+    packed = Reading(*vectors.READING_V2_FIELDS[:5], (1200, -5), TOPIC, 5.0)
     assert packed == kept                              # ``packed`` is not content
     stores = []
     for name, reading in (("kept", kept), ("packed", packed)):
@@ -48,6 +48,6 @@ def test_packed_bytes_of_the_wrong_length_are_refused():
 
 
 def test_a_malformed_reading_is_still_a_dead_letter():
-    bad = vectors.READING_V1[:-1]
+    bad = vectors.READING_V2[:-1]
     assert isinstance(classify_reading(TOPIC, bad, 1.0), DeadLetter)
-    assert isinstance(classify_correction(TOPIC, vectors.CORRECTION_V1, 1.0), DeadLetter)
+    assert isinstance(classify_correction(TOPIC, vectors.CORRECTION_V2, 1.0), DeadLetter)

@@ -3,15 +3,16 @@ polls answered with what the broker has, event lines expanded."""
 from __future__ import annotations
 
 import json
+import struct
 
 from dpsense.cloud.gateway.relay import Gateway
-from dpsense.protocol import wire
+from dpsense.protocol import seal, wire
 from dpsense.protocol.framing import frame
 from tests import vectors
 
 TOKEN = bytes(range(8))
 READING = wire.encode_reading(7, 1, 0, TOKEN, 3, [1200, -5])
-CORRECTION = wire.encode_correction(TOKEN, 4)
+CORRECTION = wire.encode_correction(7, 1, 0, TOKEN, 4)
 
 
 def _gateway():
@@ -62,6 +63,17 @@ def test_status_console_lines_go_to_the_status_topic():
     assert gw.stats.console == 3 and gw.stats.status == 1 and gw.stats.malformed == 0
 
 
+def _commit(gw, payload):
+    """The cloud's acknowledgement of the record ``payload`` (docs/protocol.md 3.1); a sealed
+    correction record by its clear header, as the sealed ingest does."""
+    if payload[1] == seal.KIND_SEALED:
+        kind, f = wire.KIND_CORRECTION, struct.unpack_from("<III", payload, 4)
+    else:
+        kind, f = wire.decode(payload)
+    for m in wire.encode_acks(kind, f[0], f[1], [(f[2], f[2])]):
+        gw.committed(m)
+
+
 def _tracking():
     """A gateway whose publishes get message ids 1, 2, ... (as paho's do)."""
     pubs: list[tuple[str, bytes]] = []
@@ -80,10 +92,13 @@ def test_a_record_is_acknowledged_to_the_board_once_both_messages_are_acked_and_
     gw.feed(b"!\n")
     assert gw.take_replies() == b"!\n"                    # nothing acknowledged yet
     gw.acked(1)
-    gw.acked(1)                                           # a duplicate PUBACK changes nothing
+    _commit(gw, pubs[0][1])
+    gw.acked(1)
+    _commit(gw, pubs[0][1])                                           # a duplicate PUBACK changes nothing
     gw.feed(b"!\n")
     assert gw.take_replies() == b"!\n"                    # the correction is not stored yet
     gw.acked(2)
+    _commit(gw, pubs[1][1])
     assert gw.take_replies() == b""                       # never unasked
     gw.feed(b"!\n")
     assert gw.take_replies() == b"!" + TOKEN.hex().encode() + b"\n!\n"
@@ -92,16 +107,38 @@ def test_a_record_is_acknowledged_to_the_board_once_both_messages_are_acked_and_
     assert gw.stats.replies == 1
 
 
+def test_the_broker_s_puback_alone_acknowledges_nothing_to_the_board():
+    gw, pubs, _ = _tracking()
+    gw.feed(frame(READING) + frame(CORRECTION))
+    gw.acked(1)
+    gw.acked(2)
+    gw.feed(b"!\n")
+    assert gw.take_replies() == b"!\n"                    # the broker may still lose them
+    for m in wire.encode_acks(wire.KIND_READING, 7, 1, [(0, 0)]) + \
+            wire.encode_acks(wire.KIND_CORRECTION, 7, 2, [(0, 0)]) + \
+            wire.encode_acks(wire.KIND_CORRECTION, 8, 1, [(0, 0)]):
+        gw.committed(m)                                   # another boot, another device
+    gw.feed(b"!\n")
+    assert gw.take_replies() == b"!\n"
+    _commit(gw, CORRECTION)
+    gw.feed(b"!\n")
+    assert gw.take_replies() == b"!" + TOKEN.hex().encode() + b"\n!\n"
+
+
 def test_a_resent_record_is_published_again_and_acknowledged_again():
     gw, pubs, _ = _tracking()
     gw.feed((frame(READING) + frame(CORRECTION)) * 2)
     assert len(pubs) == 4 and pubs[0] == pubs[2] and pubs[1] == pubs[3]
-    gw.acked(3)                                           # the copies' acks may come first
+    gw.acked(3)
+    _commit(gw, pubs[2][1])                                           # the copies' acks may come first
     gw.acked(2)
+    _commit(gw, pubs[1][1])
     gw.feed(b"!\n")
     assert gw.take_replies() == b"!" + TOKEN.hex().encode() + b"\n!\n"
     gw.acked(1)
+    _commit(gw, pubs[0][1])
     gw.acked(4)
+    _commit(gw, pubs[3][1])
     gw.feed(b"!\n")
     assert gw.take_replies() == b"!" + TOKEN.hex().encode() + b"\n!\n"
 
@@ -110,9 +147,10 @@ def test_a_poll_gets_at_most_two_acknowledgements_so_the_board_uart_never_overru
     gw, pubs, _ = _tracking()
     tokens = [bytes([i]) * 8 for i in range(5)]
     for i, t in enumerate(tokens):
-        gw.feed(frame(wire.encode_reading(7, 1, i, t, 3, [i])) + frame(wire.encode_correction(t, i)))
+        gw.feed(frame(wire.encode_reading(7, 1, i, t, 3, [i])) + frame(wire.encode_correction(7, 1, i, t, i)))
     for mid in range(1, 11):
         gw.acked(mid)
+        _commit(gw, pubs[mid - 1][1])
     answers = []
     for _ in range(4):
         gw.feed(b"!\n")
@@ -127,10 +165,11 @@ def test_a_poll_with_a_count_gets_up_to_that_many_and_a_waiting_record_is_acked_
     gw, pubs, _ = _tracking()
     tokens = [bytes([i]) * 8 for i in range(5)]
     for i, t in enumerate(tokens):
-        gw.feed(frame(wire.encode_reading(7, 1, i, t, 3, [i])) + frame(wire.encode_correction(t, i)))
-    gw.feed(frame(wire.encode_reading(7, 1, 0, tokens[0], 3, [0])) + frame(wire.encode_correction(tokens[0], 0)))
+        gw.feed(frame(wire.encode_reading(7, 1, i, t, 3, [i])) + frame(wire.encode_correction(7, 1, i, t, i)))
+    gw.feed(frame(wire.encode_reading(7, 1, 0, tokens[0], 3, [0])) + frame(wire.encode_correction(7, 1, 0, tokens[0], 0)))
     for mid in range(1, 13):                              # record 0 twice: resent while waiting
         gw.acked(mid)
+        _commit(gw, pubs[mid - 1][1])
     gw.feed(b"!3\n")
     assert gw.take_replies() == b"".join(b"!" + t.hex().encode() + b"\n" for t in tokens[:3]) + b"!\n"
     gw.feed(b"!32\n")
@@ -147,6 +186,7 @@ def test_acknowledged_before_publish_returned_still_counts():
     def publish(topic, payload):
         pubs.append((topic, payload))
         holder[0].acked(len(pubs))                        # paho's thread was faster
+        _commit(holder[0], payload)                       # and so was the cloud
         return len(pubs)
 
     gw = Gateway(7, publish, lambda s: None, idle_s=0.0)
@@ -271,13 +311,16 @@ def _pico_app(tmp_path, rows, gw, up):
 
 
 def _acking_gateway():
-    """A gateway whose broker acknowledges each publish as soon as it is made."""
+    """A gateway whose broker acknowledges, and whose cloud commits, each publish as soon as it
+    is made."""
     pubs: list[tuple[str, bytes]] = []
     holder: list[Gateway] = []
 
     def publish(topic, payload):
         pubs.append((topic, payload))
         holder[0].acked(len(pubs))
+        if topic != "dpsense/status/d7":
+            _commit(holder[0], payload)          # and the cloud commits it at once
         return len(pubs)
 
     gw = Gateway(7, publish, lambda s: None, idle_s=0.0)

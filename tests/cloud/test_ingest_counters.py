@@ -21,7 +21,7 @@ def _reading(device: int, seq: int, value: int = 1200, topic_device: int | None 
 
 
 def _correction(token: int, d_diff: int) -> _Msg:
-    return _Msg("dpsense/corrections", wire.encode_correction(token.to_bytes(8, "little"), d_diff), 0, 0, 1, 0.0)
+    return _Msg("dpsense/corrections", wire.encode_correction(7, 1, token, token.to_bytes(8, "little"), d_diff), 0, 0, 1, 0.0)
 
 
 def _run(svc: IngestService, batches: list[list[_Msg]], logs: list[str]) -> tuple[int, ...]:

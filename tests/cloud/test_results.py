@@ -178,6 +178,29 @@ def test_status_reports_records_without_their_pair(tmp_path: Path, capsys: pytes
     assert code == 0
     assert "3 readings without a correction record, 4 correction records without a reading" in out
     assert "carried" in out
+    assert "ack backlog 3 records kept on their boards (reading stored, correction record not): device 1: 3" in out
+    assert "per window  readings without a correction record: not yet in a window: 3" in out
+
+
+def test_status_shows_the_ack_backlog_per_device(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    adb, cdb = "sqlite:///%s/a.db" % tmp_path, "sqlite:///%s/c.db" % tmp_path
+    with open_analyst_store(adb) as a, open_correction_store(cdb) as c:
+        a.add_batch([_reading(d, 1, s, 1.0) for d in (1, 2, 3) for s in range(4)], [])
+        rows = [r for _, r in a.readings_after(0, 100)]
+        w = a.close_window("default", "count", upto_row=a.max_row_id() - 2, closed_at=2.0)
+        assert w is not None and w.n == 10
+        # device 1: all four committed on both sides; device 2: one; device 3: none
+        keep = [r for r in rows if r.device_id == 1 or (r.device_id == 2 and r.seq == 0)]
+        c.add_batch([Correction(r.token, 0, 1.0) for r in keep], [])
+    code, out, _ = _run(capsys, "status", "--data-dir", str(tmp_path), "--analyst-db", adb, "--correction-db", cdb)
+    assert code == 0
+    assert "ack backlog 7 records kept on their boards (reading stored, correction record not): " \
+           "device 2: 3, device 3: 4" in out
+    assert "per window  readings without a correction record: window %d: 5, not yet in a window: 2" % w.id in out
+    with open_correction_store(cdb) as c:
+        c.add_batch([Correction(r.token, 0, 1.0) for r in rows if r not in keep], [])
+    code, out, _ = _run(capsys, "status", "--data-dir", str(tmp_path), "--analyst-db", adb, "--correction-db", cdb)
+    assert "ack backlog 0 records: every stored reading's correction record is stored too" in out
 
 
 def test_fleet_encoder_continues_where_it_stopped() -> None:

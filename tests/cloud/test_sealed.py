@@ -14,7 +14,7 @@ from dpsense.cloud.correction.sealed import (DeviceKeys, KeyStore, ReplayGuard, 
 from dpsense.cloud.errors import UsageError
 from dpsense.cloud.storage.repository import Correction, DeadLetter
 from dpsense.cloud.topics import CORRECTIONS
-from dpsense.protocol import seal
+from dpsense.protocol import seal, wire
 from tests import vectors
 
 KEYS = DeviceKeys(vectors.SEAL_ENC_KEY, vectors.SEAL_MAC_KEY)
@@ -39,19 +39,19 @@ def test_vectors_recomputed_with_cryptography():
     h = hmac.HMAC(vectors.SEAL_MAC_KEY, hashes.SHA256())
     h.update(vectors.SEAL_HEADER + ct)
     assert h.finalize() == vectors.SEAL_HMAC
-    assert vectors.SEAL_HEADER == struct.pack("<BBHIIII", 1, 3, 0, 7, 1, 42, 5)
+    assert vectors.SEAL_HEADER == struct.pack("<BBHIIII", 2, 3, 0, 7, 1, 42, 5)
     assert vectors.SEAL_PLAINTEXT == struct.pack("<8si", vectors.TOKEN, -1234)
     e = Cipher(algorithms.AES(vectors.AES128_FIPS197[0]), modes.ECB()).encryptor()
     assert e.update(vectors.AES128_FIPS197[1]) == vectors.AES128_FIPS197[2]
 
 
 def test_open_record_gives_the_fields_back():
-    assert open_record(KEYS, vectors.SEALED_V1) == vectors.SEAL_FIELDS
+    assert open_record(KEYS, vectors.SEALED_V2) == vectors.SEAL_FIELDS
 
 
 @pytest.mark.parametrize("pos", [0, 4, 12, 16, 20, 31, 32, 47])
 def test_any_changed_byte_is_refused(pos):
-    bad = bytearray(vectors.SEALED_V1)
+    bad = bytearray(vectors.SEALED_V2)
     bad[pos] ^= 0x01
     with pytest.raises(SealedError, match="tag does not match"):
         open_record(KEYS, bytes(bad))
@@ -60,9 +60,9 @@ def test_any_changed_byte_is_refused(pos):
 def test_wrong_key_and_length_are_refused():
     other = DeviceKeys(bytes(range(1, 17)), vectors.SEAL_MAC_KEY[::-1])
     with pytest.raises(SealedError, match="tag"):
-        open_record(other, vectors.SEALED_V1)
+        open_record(other, vectors.SEALED_V2)
     with pytest.raises(SealedError, match="48 bytes"):
-        open_record(KEYS, vectors.SEALED_V1[:-1])
+        open_record(KEYS, vectors.SEALED_V2[:-1])
 
 
 def _store(tmp_path, plaintext=(), keyed=(7,)):
@@ -103,7 +103,7 @@ def test_ingest_accepts_sealed_and_resends_and_deadletters_replays(tmp_path):
 
 def test_forged_records_are_dead_letters(tmp_path):
     ing = SealedIngest(_store(tmp_path), ReplayGuard())
-    bad = bytearray(vectors.SEALED_V1)
+    bad = bytearray(vectors.SEALED_V2)
     bad[25] ^= 0x80                     # a bit of d_diff's ciphertext
     d = classify(ing, bytes(bad))
     assert isinstance(d, DeadLetter) and d.reason == "forged or damaged: the tag does not match"
@@ -111,22 +111,22 @@ def test_forged_records_are_dead_letters(tmp_path):
     d = classify(ing, unknown)
     assert isinstance(d, DeadLetter) and d.reason.startswith("no key for device 8")
     # The forged record did not take its nonce: the genuine one is still accepted.
-    assert isinstance(classify(ing, vectors.SEALED_V1), Correction)
+    assert isinstance(classify(ing, vectors.SEALED_V2), Correction)
 
 
 def test_plain_records_only_from_plaintext_devices(tmp_path):
     ing = SealedIngest(_store(tmp_path, plaintext=(3,)), ReplayGuard())
-    plain = struct.pack("<BBHIII8si", 1, 2, 0, 3, 1, 0, vectors.TOKEN, -1234)
-    assert classify(ing, plain) == Correction(vectors.TOKEN, -1234, 1.0)
-    downgrade = struct.pack("<BBHIII8si", 1, 2, 0, 7, 1, 0, vectors.TOKEN, -1234)
+    plain = wire.encode_correction(3, 1, 0, vectors.TOKEN, -1234)
+    assert classify(ing, plain) == Correction(vectors.TOKEN, -1234, 1.0, 3, 1, 0)
+    assert classify(ing, plain).device_id == 3          # the header the acknowledgement names
+    downgrade = wire.encode_correction(7, 1, 0, vectors.TOKEN, -1234)
     d = classify(ing, downgrade)
     assert isinstance(d, DeadLetter) and "not configured plaintext" in d.reason
-    # 16 bytes: names no device; taken only while some device is configured plaintext.
-    assert classify(ing, vectors.CORRECTION_V1) == Correction(*vectors.CORRECTION_V1_FIELDS, 1.0)
-    none = SealedIngest(_store(tmp_path / "none"), ReplayGuard())
-    d = classify(none, vectors.CORRECTION_V1)
-    assert isinstance(d, DeadLetter) and "names no device and no device is configured plaintext" in d.reason
-    assert isinstance(classify(ing, vectors.SEALED_V1, "dpsense/readings/d7"), DeadLetter)
+    # The 16-byte record of version 1 names no device: malformed, whoever is plaintext.
+    legacy = struct.pack("<BB2x8si", wire.VERSION, 2, vectors.TOKEN, -1234)
+    d = classify(ing, legacy)
+    assert isinstance(d, DeadLetter) and "correction record must be 28 bytes, got 16" in d.reason
+    assert isinstance(classify(ing, vectors.SEALED_V2, "dpsense/readings/d7"), DeadLetter)
     assert isinstance(classify(ing, b"\x01"), DeadLetter)
 
 
@@ -257,3 +257,37 @@ def test_a_locked_guard_file_keeps_its_rows_for_the_next_commit(tmp_path):
     rows = sqlite3.connect(path).execute("SELECT nonce FROM nonces ORDER BY nonce").fetchall()
     assert rows == [(1,), (2,)]
     guard.close()
+
+
+def test_the_sealed_ingest_acknowledges_committed_records_by_their_header_and_never_a_forgery(tmp_path):
+    from dpsense.cloud.ingest.service import Connection, _Msg
+    from dpsense.cloud.correction.sealed import sealed_ingest
+    from dpsense.cloud.storage import open_correction_store
+    ks = KeyStore.for_data_dir(tmp_path / "data")
+    ks.add_device(7, KEYS)
+    ks.set_plaintext(3)
+    s = sealer()
+    good = [s.seal(7, 4, q, q + 1, bytes([q]) * 8, q) for q in range(3)]
+    forged = bytearray(s.seal(7, 4, 9, 10, bytes([9]) * 8, 9))
+    forged[25] ^= 1
+    replay = sealer().seal(7, 4, 3, 2, bytes([3]) * 8, 3)           # nonce 2 again, other bytes
+    plain = wire.encode_correction(3, 1, 0, vectors.TOKEN, 5)
+    downgrade = wire.encode_correction(7, 4, 5, bytes([5]) * 8, 5)  # device 7 has keys
+    with open_correction_store("sqlite:///%s/c.db" % tmp_path) as store:
+        svc = sealed_ingest(Connection("127.0.0.1", 1, "correction-ingest", "pw", "t"), store, tmp_path / "data",
+                            log=lambda s: None)
+        sent: list[tuple[str, bytes]] = []
+        svc.acker.publish = lambda t, p: sent.append((t, p))
+        msgs = [_Msg(CORRECTIONS, p, 0, 0, 1, 1.0) for p in good + [bytes(forged), replay, plain, downgrade]]
+        assert svc.process(msgs)
+        got = {}
+        for topic, payload in sent:
+            of, device, boot, ranges = wire.decode_ack(payload)
+            assert of == wire.KIND_CORRECTION and topic == "dpsense/ack/d%d" % device
+            got[(device, boot)] = ranges
+        assert got == {(7, 4): [(0, 2)], (3, 1): [(0, 0)]}
+        assert store.count() == 4 and store.dead_letter_count() == 3
+        sent.clear()
+        assert svc.process([_Msg(CORRECTIONS, good[1], 0, 0, 1, 2.0)])   # a resend: acknowledged again
+        assert [wire.decode_ack(p)[1:] for _, p in sent] == [(7, 4, [(1, 1)])]
+        svc.store._guard.close()

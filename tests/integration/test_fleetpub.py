@@ -53,7 +53,7 @@ def _records(n: int) -> Encoded:
     seq = np.array([i // DEVICES for i in range(n)])
     readings = [wire.encode_reading(int(dev[i]), 1, int(seq[i]), i.to_bytes(8, "little"), 1, [i, -i])
                 for i in range(n)]
-    corrections = [wire.encode_correction(i.to_bytes(8, "little"), i) for i in range(n)]
+    corrections = [wire.encode_correction(int(dev[i]), 1, int(seq[i]), i.to_bytes(8, "little"), i) for i in range(n)]
     empty = np.zeros((n, 2), dtype=np.int64)
     return Encoded(dev, seq, readings, corrections, empty, empty)
 
@@ -67,7 +67,8 @@ def test_every_record_arrives_once_in_device_order(fleet, processes):
             _listen(broker, "correction", correction, topics.CORRECTIONS, corrections)]
     n = 3000
     enc = _records(n)
-    pub = FleetPublisher(settings, devices, DEVICES, processes=processes)
+    # No ingest runs here, so nothing is ever committed: no resends during the test.
+    pub = FleetPublisher(settings, devices, DEVICES, processes=processes, commit_timeout_s=3600)
     assert pub.processes == min(processes, DEVICES)
     pub.connect()
     try:
@@ -118,3 +119,52 @@ def test_a_missing_password_or_bad_counts_are_refused_before_anything_starts(fle
         FleetPublisher(settings, devices, DEVICES, processes=0)
     with pytest.raises(ValueError, match="devices must be >= 1"):
         FleetPublisher(settings, devices, 0)
+
+
+def test_the_books_keep_each_record_until_both_ingests_committed_it(fleet, tmp_path):
+    """The analyst's ingest starts 2 s late, with no session at the broker yet, so the broker
+    drops every reading published before it subscribes: only the workers' resends (commit
+    timeout 1 s) can bring them in. ``publish(committed=True)`` returns only once every record
+    is in both stores, each once."""
+    from dpsense.cloud.ingest.service import Connection, IngestService
+    from dpsense.cloud.storage import open_analyst_store, open_correction_store
+    broker, settings, analyst, correction, devices = fleet
+    stop = threading.Event()
+    started: dict[str, float] = {}
+
+    def ingest(role: str, password: str, delay: float) -> None:
+        if stop.wait(delay):
+            return
+        name = role + "-ingest"
+        url = "sqlite:///%s/%s.db" % (tmp_path, role)
+        opener = open_analyst_store if role == "analyst" else open_correction_store
+        with opener(url) as store:
+            conn = Connection(broker.host, broker.port, name, password, name)
+            svc = (IngestService.for_analyst if role == "analyst" else IngestService.for_correction)(
+                conn, store, log=lambda s: None)
+            started[role] = time.monotonic()
+            svc.run(stop)
+
+    threads = [threading.Thread(target=ingest, args=("correction", correction, 0.0)),
+               threading.Thread(target=ingest, args=("analyst", analyst, 2.0))]
+    for t in threads:
+        t.start()
+    n = 600
+    enc = _records(n)
+    pub = FleetPublisher(settings, devices, DEVICES, processes=2, commit_timeout_s=1.0)
+    try:
+        pub.connect()
+        pub.publish(enc, timeout=120, committed=True)
+        done = time.monotonic()
+        assert pub.committed == n
+    finally:
+        pub.close()
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert done > started["analyst"]
+    with open_analyst_store("sqlite:///%s/analyst.db" % tmp_path) as a:
+        keys = [(r.device_id, r.boot_id, r.seq) for _, r in a.readings_after(0, 10 ** 6)]
+        assert len(keys) == len(set(keys)) == n
+    with open_correction_store("sqlite:///%s/correction.db" % tmp_path) as c:
+        assert c.count() == n

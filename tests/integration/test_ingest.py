@@ -140,10 +140,10 @@ def test_kill_9_mid_stream_then_restart_stores_every_reading_exactly_once(broker
 
 _payloads = st.one_of(
     st.binary(max_size=80),
-    st.integers(0, len(vectors.READING_V1) - 1).map(lambda n: vectors.READING_V1[:n]),
-    st.tuples(st.integers(0, len(vectors.READING_V1) - 1), st.integers(0, 255)).map(
-        lambda t: vectors.READING_V1[:t[0]] + bytes([t[1]]) + vectors.READING_V1[t[0] + 1:]),
-    st.just(vectors.CORRECTION_V1),
+    st.integers(0, len(vectors.READING_V2) - 1).map(lambda n: vectors.READING_V2[:n]),
+    st.tuples(st.integers(0, len(vectors.READING_V2) - 1), st.integers(0, 255)).map(
+        lambda t: vectors.READING_V2[:t[0]] + bytes([t[1]]) + vectors.READING_V2[t[0] + 1:]),
+    st.just(vectors.CORRECTION_V2),
     st.integers(0, 10**6).map(lambda s: _reading(1, s)),
 )
 

@@ -170,7 +170,7 @@ def test_the_installed_firmware_writes_records_on_the_serial_path(
     readings = [wire.decode_reading(f) for f in frames if f[1] == wire.KIND_READING]
     corrections = [wire.decode_correction(f) for f in frames if f[1] == wire.KIND_CORRECTION]
     assert [r[:3] for r in readings] == [(7, boot_id, 0), (7, boot_id, 1), (7, boot_id, 2)]
-    assert [c[0] for c in corrections] == [r[3] for r in readings]      # one per reading
+    assert [c[:4] for c in corrections] == [r[:4] for r in readings]      # one per reading
 
 
 def test_a_bad_config_stops_the_installed_firmware_naming_the_key(

@@ -17,7 +17,7 @@ from dpsense.cloud.broker import Broker, free_port
 from dpsense.cloud.correction.sealed import KeyStore, sealed_ingest, sealer_for
 from dpsense.cloud.ingest.service import Connection
 from dpsense.cloud.storage import open_correction_store
-from dpsense.protocol import seal
+from dpsense.protocol import seal, wire
 
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
                                 reason="Debian package 'mosquitto' is not installed")
@@ -98,7 +98,7 @@ def test_broker_side_reader_sees_only_sealed_bytes_and_forgeries_are_dead_letter
             again = sealer_for(keys).seal(1, 78, 0, 3, b"\xaa" * 8, 42)
             d1.publish(topics.CORRECTIONS, again, qos=1).wait_for_publish(5)
             # A device with keys sending in clear (a downgrade), and one without keys sealing.
-            plain = struct.pack("<BBHIII8si", 1, 2, 0, 1, 77, 999, b"\xbb" * 8, 7)
+            plain = wire.encode_correction(1, 77, 999, b"\xbb" * 8, 7)
             d1.publish(topics.CORRECTIONS, plain, qos=1).wait_for_publish(5)
             d2.publish(topics.CORRECTIONS, sealer_for(keys).seal(2, 1, 0, 1, b"\xcc" * 8, 9),
                        qos=1).wait_for_publish(5)

@@ -11,20 +11,20 @@ def test_crc16_check_value():
 
 
 def test_frames_match_vectors():
-    assert frame(vectors.CORRECTION_V1) == vectors.CORRECTION_V1_FRAME
-    assert frame(vectors.READING_V1) == vectors.READING_V1_FRAME
+    assert frame(vectors.CORRECTION_V2) == vectors.CORRECTION_V2_FRAME
+    assert frame(vectors.READING_V2) == vectors.READING_V2_FRAME
 
 
 def test_unframe_round_trip_and_line_endings():
-    f = vectors.READING_V1_FRAME
-    assert unframe(f) == vectors.READING_V1
-    assert unframe(f[:-1]) == vectors.READING_V1
-    assert unframe(f[:-1] + b"\r\n") == vectors.READING_V1
-    assert unframe(f.upper().replace(b"\n", b"")) == vectors.READING_V1
+    f = vectors.READING_V2_FRAME
+    assert unframe(f) == vectors.READING_V2
+    assert unframe(f[:-1]) == vectors.READING_V2
+    assert unframe(f[:-1] + b"\r\n") == vectors.READING_V2
+    assert unframe(f.upper().replace(b"\n", b"")) == vectors.READING_V2
 
 
 def test_malformed_frames():
-    good = vectors.CORRECTION_V1_FRAME
+    good = vectors.CORRECTION_V2_FRAME
     cases = (
         (b"", "start"),
         (b"\n", "start"),
@@ -49,7 +49,7 @@ def test_malformed_frames():
 
 
 def test_every_single_bit_flip_is_detected():
-    line = vectors.READING_V1_FRAME[:-1]
+    line = vectors.READING_V2_FRAME[:-1]
     for i in range(1, len(line)):
         for bit in range(8):
             bad = bytearray(line)

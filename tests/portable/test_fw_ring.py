@@ -8,8 +8,8 @@ ROOM = 34                    # a 2-column reading: 26 + 4 x 2 bytes
 
 def _rec(i):
     """A distinct (reading, correction) pair; the bytes need not be valid records here."""
-    r = bytes([1, 1, 2, 0]) + bytes([i & 0xFF]) * 30
-    c = bytes([1, 2, 0, 0]) + bytes([(i * 7) & 0xFF]) * 12
+    r = bytes([2, 1, 2, 0]) + bytes([i & 0xFF]) * 30
+    c = bytes([2, 2, 0, 0]) + bytes([(i * 7) & 0xFF]) * 24
     return r, c
 
 
@@ -18,10 +18,10 @@ def _ring(name, records=8, max_bytes=1 << 20, room=ROOM):
 
 
 def test_geometry_follows_both_bounds():
-    assert slot_size(ROOM) == 8 + 34 + 16
-    assert slot_count(ROOM, 64, 16 + 10 * 58) == 10       # bytes bound
+    assert slot_size(ROOM) == 8 + 34 + 28
+    assert slot_count(ROOM, 64, 16 + 10 * 70) == 10       # bytes bound
     assert slot_count(ROOM, 4, 1 << 20) == 4               # records bound
-    raises(ValueError, Ring, fwutil.scratch("tiny"), ROOM, 64, 16 + 58)
+    raises(ValueError, Ring, fwutil.scratch("tiny"), ROOM, 64, 16 + 70)
 
 
 def test_put_get_returns_the_identical_bytes():
@@ -110,11 +110,11 @@ def test_acknowledged_slots_are_reused_without_dropping():
 def test_file_size_is_fixed_by_the_bound():
     import os
     p = fwutil.scratch("size")
-    ring = Ring(p, ROOM, 64, 16 + 5 * 58 + 57)
+    ring = Ring(p, ROOM, 64, 16 + 5 * 70 + 69)
     for i in range(12):
         ring.put(*_rec(i))
     ring.close()
-    assert os.stat(p)[6] == 16 + 5 * 58
+    assert os.stat(p)[6] == 16 + 5 * 70
     fwutil.remove(p)
 
 
@@ -135,7 +135,7 @@ def test_a_new_layout_starts_empty_and_counts_the_unsent_records():
 def test_records_that_do_not_fit_are_refused():
     p = fwutil.scratch("fit")
     ring = Ring(p, ROOM, 8, 1 << 20)
-    raises(ValueError, ring.put, bytes(ROOM + 1), bytes(16))
+    raises(ValueError, ring.put, bytes(ROOM + 1), bytes(28))
     raises(ValueError, ring.put, bytes(ROOM), bytes(15))
     ring.close()
     fwutil.remove(p)

@@ -35,7 +35,7 @@ def test_the_node_seals_with_the_nonce_it_is_given():
     assert len(c0) == seal.SEALED_SIZE and c0[1] == seal.KIND_SEALED
     dev, boot, seq, tok, _, _ = wire.decode_reading(r0)
     # The clear head repeats the reading's device, boot and seq, then the nonce.
-    assert c0[:20] == bytes([1, 3, 0, 0, 7, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0])
+    assert c0[:20] == bytes([2, 3, 0, 0, 7, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0])
     assert c0.find(tok) < 0 and c1[16] == 2
     # Sealing the same fields again reproduces the record: the seal is deterministic.
     d = RecordMechanism([Column(Affine(1, 1, 0, -100000, 100000), 125, (1, 2))] * 2, [0, 0],

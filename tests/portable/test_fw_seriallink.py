@@ -74,7 +74,7 @@ class AckAll:
 
 def _rec(i):
     tok = bytes([i, 1, 2, 3, 4, 5, 6, 7])
-    return wire.encode_reading(7, 1, i, tok, 0, [i, -i]), wire.encode_correction(tok, i)
+    return wire.encode_reading(7, 1, i, tok, 0, [i, -i]), wire.encode_correction(7, 1, i, tok, i)
 
 
 def _lines(*recs):

@@ -1,4 +1,5 @@
 """firmware/uplink.py with a fake broker socket: resends after a loss are the stored bytes, DUP set."""
+from shared_protocol import wire
 from tests.portable import fwutil
 from ring import Ring
 from mqtt import MQTTClient
@@ -40,6 +41,17 @@ def _puback(pid):
     return bytes([0x40, 2, pid >> 8, pid & 0xFF])
 
 
+def _ack(of, seqs, boot=1, topic=b"dpsense/ack/d7"):
+    """The cloud's acknowledgement of ``seqs`` as a QoS 0 PUBLISH from the broker."""
+    body = bytes([0, len(topic)]) + topic + wire.encode_acks(of, 7, boot, wire.seq_ranges(seqs))[0]
+    return bytes([0x30, len(body)]) + body
+
+
+def _commit(sock, o, part):
+    """The cloud committed message ``part`` of record ``o`` (seq o, boot 1)."""
+    sock.feed(_ack(wire.KIND_READING if part == 0 else wire.KIND_CORRECTION, [o]))
+
+
 class _Opener:
     def __init__(self):
         self.socks = []
@@ -54,8 +66,11 @@ class _Opener:
         return s
 
 
-def _rec(i):
-    return bytes([1, 1, 1, 0]) + bytes([i]) * 26, bytes([1, 2, 0, 0]) + bytes([i + 100]) * 12
+def _rec(i, boot=1):
+    """Record ``i`` of device 7: seq i of ``boot``, one value, token of i."""
+    tok = bytes([i]) * 8
+    return (wire.encode_reading(7, boot, i, tok, 0, [i]),
+            wire.encode_correction(7, boot, i, tok, i + 100))
 
 
 def _setup(name, max_inflight=8):
@@ -64,7 +79,7 @@ def _setup(name, max_inflight=8):
     ring = Ring(p, 30, 16, 1 << 20)
     client = MQTTClient("dpsense-d7", "d7", "pw", 60, clock=clock)
     op = _Opener()
-    up = Uplink(client, ring, op, b"dpsense/readings/d7", b"dpsense/status/d7", clock,
+    up = Uplink(client, ring, op, b"dpsense/readings/d7", b"dpsense/status/d7", b"dpsense/ack/d7", clock,
                 fwutil.RandomBits(), max_inflight, 5000, 250, 2000, None, lambda s: None)
     return p, clock, ring, op, up
 
@@ -82,7 +97,11 @@ def test_publishes_both_messages_of_each_record_and_acks_free_the_ring():
     assert [x[4] for x in pubs[:2]] == list(_rec(0))
     op.socks[0].feed(_puback(record_pid(0, 0)) + _puback(record_pid(0, 1)) + _puback(record_pid(1, 0)))
     up.service()
+    assert (ring.pending, ring.tail, len(up.inflight)) == (3, 0, 3)    # the broker's word is not enough
+    op.socks[0].feed(_ack(wire.KIND_READING, [0, 1]) + _ack(wire.KIND_CORRECTION, [0]))
+    up.service()
     assert (ring.pending, ring.tail, ring.parts(1)) == (2, 1, 2)
+    assert up.acks == 2
     ring.close()
     fwutil.remove(p)
 
@@ -94,6 +113,7 @@ def test_after_a_loss_unacknowledged_messages_are_resent_identically_with_dup():
     up.service()
     first = {x[3]: x for x in _packets(op.socks[0].tx) if x[0] == 0x30}
     op.socks[0].feed(_puback(record_pid(0, 0)) + _puback(record_pid(0, 1)) + _puback(record_pid(1, 0)))
+    op.socks[0].feed(_ack(wire.KIND_READING, [0, 1]) + _ack(wire.KIND_CORRECTION, [0]))
     up.service()
     op.socks[0].hang_up()
     up.service()                          # notices the loss
@@ -151,7 +171,7 @@ def test_records_found_in_the_ring_at_boot_go_out_with_dup():
     p2, clock, unused, op, _ = _setup("up5-unused")
     unused.close()
     ring = Ring(p, 30, 16, 1 << 20)
-    up = Uplink(MQTTClient("c", "d7", "pw", 60, clock=clock), ring, op, b"r", b"s", clock,
+    up = Uplink(MQTTClient("c", "d7", "pw", 60, clock=clock), ring, op, b"r", b"s", b"a", clock,
                 fwutil.RandomBits(), log=lambda s: None)
     up.service()
     pubs = [x for x in _packets(op.socks[0].tx) if x[0] == 0x30]
@@ -226,6 +246,7 @@ def test_a_record_the_broker_refuses_is_not_resent_in_a_reconnect_storm():
     pubs = [x for x in _packets(op.socks[-1].tx) if x[0] == 0x30]
     assert record_pid(0, 0) not in [x[3] for x in pubs] and record_pid(1, 0) in [x[3] for x in pubs]
     op.socks[-1].feed(b"".join(_puback(record_pid(o, k)) for o in (1, 2) for k in (0, 1)))
+    op.socks[-1].feed(_ack(wire.KIND_READING, [1, 2]) + _ack(wire.KIND_CORRECTION, [1, 2]))
     up.service()
     assert ring.pending == 0 and up.refused == 1
     ring.close()
@@ -239,11 +260,75 @@ def test_connections_lost_on_different_records_give_nothing_up():
     for n in range(REFUSED_AFTER + 1):
         up.service()
         op.socks[n].feed(_puback(record_pid(n, 0)) + _puback(record_pid(n, 1)))   # one record per connection
+        _commit(op.socks[n], n, 0)
+        _commit(op.socks[n], n, 1)
         up.service()
         op.socks[n].hang_up()
         up.service()
         clock.ms = up._retry_at
     assert up.refused == 0 and ring.pending == 0
+    ring.close()
+    fwutil.remove(p)
+
+
+def test_records_waiting_for_the_commit_survive_any_number_of_lost_connections():
+    # The broker PUBACKs records 0 and 1 and is killed before the cloud commits them, again
+    # and again (kill -9 while the ingest is slow): a PUBACKed record is never a suspect.
+    p, clock, ring, op, up = _setup("up-kills")
+    ring.put(*_rec(0))
+    ring.put(*_rec(1))
+    for n in range(2 * REFUSED_AFTER):
+        up.service()
+        assert up.up and len(op.socks) == n + 1
+        sent = [x[3] for x in _packets(op.socks[n].tx) if x[0] == 0x30]
+        assert record_pid(0, 0) in sent and record_pid(1, 1) in sent     # resent after each reconnect
+        if n == 0:
+            op.socks[n].feed(b"".join(_puback(record_pid(o, k)) for o in (0, 1) for k in (0, 1)))
+            up.service()
+        op.socks[n].hang_up()
+        up.service()
+        assert not up.up
+        clock.ms = up._retry_at
+    assert up.refused == 0 and ring.pending == 2
+    up.service()
+    op.socks[-1].feed(_ack(wire.KIND_READING, [0, 1]) + _ack(wire.KIND_CORRECTION, [0, 1]))
+    up.service()
+    assert ring.pending == 0 and up.refused == 0
+    ring.close()
+    fwutil.remove(p)
+
+
+def test_a_broker_killed_twice_before_its_puback_drops_nothing():
+    # Killed with the record in flight (no PUBACK), down for a while (connects fail), killed
+    # again after the record's first PUBACK: two losses, never REFUSED_AFTER on one suspect.
+    p, clock, ring, op, up = _setup("up-kill2")
+    ring.put(*_rec(0))
+    up.service()
+    op.socks[0].hang_up()                    # kill -9 with record 0 in flight
+    up.service()
+    for _ in range(REFUSED_AFTER + 1):       # the broker is down: connects fail
+        op.fail = 1
+        clock.ms = up._retry_at
+        up.service()
+        assert not up.up
+    clock.ms = up._retry_at
+    up.service()
+    op.socks[1].feed(_puback(record_pid(0, 0)) + _puback(record_pid(0, 1)))
+    up.service()
+    op.socks[1].hang_up()                    # the second kill, before the cloud committed it
+    up.service()
+    for _ in range(REFUSED_AFTER):
+        clock.ms = up._retry_at
+        up.service()
+        op.socks[-1].hang_up()               # and the broker keeps dropping us afterwards
+        up.service()
+    assert up.refused == 0 and ring.pending == 1
+    clock.ms = up._retry_at
+    up.service()
+    _commit(op.socks[-1], 0, 0)
+    _commit(op.socks[-1], 0, 1)
+    up.service()
+    assert ring.pending == 0 and up.refused == 0
     ring.close()
     fwutil.remove(p)
 
@@ -290,12 +375,13 @@ def test_wifi_loss_holds_records_and_reconnects_wifi_then_the_broker():
     op = _Opener()
     logs = []
     up = Uplink(MQTTClient("dpsense-d7", "d7", "pw", 60, clock=clock), ring, op,
-                b"dpsense/readings/d7", b"dpsense/status/d7", clock, fwutil.RandomBits(), 8, 5000,
+                b"dpsense/readings/d7", b"dpsense/status/d7", b"dpsense/ack/d7", clock, fwutil.RandomBits(), 8, 5000,
                 250, 2000, link, logs.append)
     ring.put(*_rec(0))
     up.service()
     assert up.up and net.connects == 1 and len(op.socks) == 1
     op.socks[0].feed(_puback(record_pid(0, 0)) + _puback(record_pid(0, 1)))
+    op.socks[0].feed(_ack(wire.KIND_READING, [0]) + _ack(wire.KIND_CORRECTION, [0]))
     up.service()
     ring.put(*_rec(1))
     up.service()                              # record 1 out, not acknowledged
@@ -375,3 +461,53 @@ def test_an_esp32_turns_its_radio_on_before_its_first_random_draw():
     a.ledger.close()
     for k in ("ring_path", "ledger_path", "seal_key_path"):
         fwutil.remove(cfg[k])
+
+
+def test_a_record_the_cloud_never_commits_is_resent_identically_after_the_commit_timeout():
+    # The broker PUBACKed both messages, then lost them (kill -9 before it saved them): only
+    # the commit timeout brings them back, the same bytes, and only the uncommitted half.
+    p, clock, ring, op, up = _setup("up-commit")
+    ring.put(*_rec(0))
+    ring.put(*_rec(1))
+    up.service()
+    sock = op.socks[0]
+    first = [x for x in _packets(sock.tx) if x[0] == 0x30]
+    sock.feed(b"".join(_puback(record_pid(o, part)) for o in (0, 1) for part in (0, 1)))
+    sock.feed(_ack(wire.KIND_READING, [0, 1]) + _ack(wire.KIND_CORRECTION, [0]))
+    up.service()
+    assert (ring.pending, ring.parts(1), up.inflight) == (1, 2, {})
+    n_sent = len(sock.tx)
+    clock.sleep_ms(up.commit_timeout_ms)             # not yet overdue
+    sock.feed(b"\xd0\x00")                           # a PINGRESP keeps the connection alive
+    up.service()
+    assert len([x for x in _packets(sock.tx[n_sent:]) if x[0] == 0x30]) == 0
+    clock.sleep_ms(2)
+    up.service()                                     # overdue: resend from the oldest
+    up.service()
+    again = [x for x in _packets(sock.tx[n_sent:]) if x[0] == 0x30]
+    assert [(x[2], x[3], x[1]) for x in again] == [(CORRECTIONS, record_pid(1, 1), True)]
+    assert again[0][4] == first[3][4] == _rec(1)[1]  # the stored bytes, never re-encoded
+    assert up.resent == 1
+    sock.feed(_puback(record_pid(1, 1)) + _ack(wire.KIND_CORRECTION, [1]))
+    up.service()
+    assert ring.pending == 0 and up.idle()
+    ring.close()
+    fwutil.remove(p)
+
+
+def test_an_acknowledgement_of_another_boot_or_a_bad_one_frees_nothing():
+    p, clock, ring, op, up = _setup("up-otherboot")
+    ring.put(*_rec(0, boot=5))
+    up.service()
+    sock = op.socks[0]
+    sock.feed(_puback(record_pid(0, 0)) + _puback(record_pid(0, 1)))
+    sock.feed(_ack(wire.KIND_READING, [0], boot=4) + _ack(wire.KIND_CORRECTION, [1], boot=5))
+    bad = b"\x30\x11\x00\x0fdpsense/ack/d7" + b"\x02"           # one byte: not an acknowledgement
+    sock.feed(bad)
+    up.service()
+    assert ring.parts(0) == 3 and up.bad_acks == 1 and up.acks == 2
+    sock.feed(_ack(wire.KIND_READING, [0], boot=5) + _ack(wire.KIND_CORRECTION, [0], boot=5))
+    up.service()
+    assert ring.pending == 0
+    ring.close()
+    fwutil.remove(p)

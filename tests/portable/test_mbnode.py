@@ -68,9 +68,9 @@ class FakeUart:
                 if self.ack or (self.ack_after is not None and self.resent() >= self.ack_after):
                     self._next += self._ready[:2] + [b"!\n"]
                     del self._ready[:2]
-            elif ln.startswith(b"~") and len(ln) == 37:        # a correction record: 16 bytes
+            elif ln.startswith(b"~") and len(ln) == 61:        # a correction record: 28 bytes
                 self.records.append((self._reading, ln))
-                self._ready.append(b"!" + ln[9:25] + b"\n")
+                self._ready.append(b"!" + ln[33:49] + b"\n")
             elif ln.startswith(b"~"):
                 self._reading = ln
 

@@ -33,9 +33,9 @@ def test_step_sends_a_reading_and_its_correction_linked_by_token():
     assert node.step() == 1
     assert [k for k, _ in sent] == [wire.KIND_READING, wire.KIND_CORRECTION] * 2
     dev, boot, seq, tok, cfg, vals = wire.decode_reading(sent[0][1])
-    ctok, d = wire.decode_correction(sent[1][1])
+    cdev, cboot, cseq, ctok, d = wire.decode_correction(sent[1][1])
     assert (dev, boot, seq, cfg) == (7, 9, 0, 3)
-    assert ctok == tok
+    assert ctok == tok and (cdev, cboot, cseq) == (dev, boot, seq)
     assert wire.decode_reading(sent[2][1])[2] == 1
     assert wire.decode_reading(sent[2][1])[3] != tok
 
@@ -47,7 +47,7 @@ def test_released_values_are_the_mechanism_output():
                            XorShift32(8))
     q, out, d = mech.perturb([10, 20])
     assert wire.decode_reading(sent[0][1])[5] == tuple(out)
-    assert wire.decode_correction(sent[1][1])[1] == d
+    assert wire.decode_correction(sent[1][1])[4] == d
 
 
 def test_serial_sender_frames_each_message():

@@ -14,7 +14,7 @@ def test_perturb_summarises_a_window():
     text = out.getvalue()
     assert "3000 readings" in text
     assert "epsilon 0.5 per column, 1 per row" in text
-    assert "reading 34 bytes, correction 16 bytes" in text
+    assert "reading 34 bytes, correction 28 bytes" in text
     assert "relaxed sensitivity (this mechanism)" in text
 
 
@@ -41,7 +41,7 @@ def test_no_command_prints_help(capsys):
 
 def test_version(capsys):
     assert cli.main(["version"]) == 0
-    assert "wire protocol v1" in capsys.readouterr().out
+    assert "wire protocol v2" in capsys.readouterr().out
 
 
 def test_paper1_generator_separates_outliers():

@@ -13,12 +13,12 @@ def _blocks():
 
 def test_hex_dumps_match_vectors():
     dumps = [bytes.fromhex(b.replace("\n", " ")) for b in _blocks() if re.fullmatch(r"[0-9a-f \n]+", b)]
-    assert dumps == [vectors.READING_V1, vectors.CORRECTION_V1]
+    assert dumps == [vectors.READING_V2, vectors.CORRECTION_V2, vectors.ACK_V2, vectors.ACK_CORRECTIONS_V2]
 
 
 def test_frames_match_vectors():
     frames = [line for b in _blocks() for line in b.splitlines() if line.startswith("~")]
-    assert [f.encode() + b"\n" for f in frames] == [vectors.CORRECTION_V1_FRAME, vectors.READING_V1_FRAME]
+    assert [f.encode() + b"\n" for f in frames] == [vectors.CORRECTION_V2_FRAME, vectors.READING_V2_FRAME]
 
 
 def test_seeded_values_match_vectors():
@@ -40,4 +40,4 @@ def test_sealed_vectors_match():
     assert rows == {
         "enc key": vectors.SEAL_ENC_KEY, "mac key": vectors.SEAL_MAC_KEY, "head": vectors.SEAL_HEADER,
         "plaintext": vectors.SEAL_PLAINTEXT, "counter block": vectors.SEAL_COUNTER_BLOCK,
-        "ciphertext": vectors.SEAL_CIPHERTEXT, "hmac": vectors.SEAL_HMAC, "record": vectors.SEALED_V1}
+        "ciphertext": vectors.SEAL_CIPHERTEXT, "hmac": vectors.SEAL_HMAC, "record": vectors.SEALED_V2}

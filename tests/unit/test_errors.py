@@ -299,6 +299,7 @@ class FakeStore:
     """``add_batch`` raises the queued errors first, then stores."""
 
     last_conflicts = 0
+    last_conflicted: frozenset[int] = frozenset()
 
     def __init__(self, *errors: BaseException, forever: BaseException | None = None) -> None:
         self.errors = list(errors)
@@ -326,7 +327,7 @@ def _ingest(store) -> tuple[IngestService, list[str]]:
 
 def _batch(n: int = 3) -> list[_Msg]:
     from dpsense.protocol import wire
-    return [_Msg("dpsense/corrections", wire.encode_correction(i.to_bytes(8, "little"), i), 0, 0, 1, 0.0)
+    return [_Msg("dpsense/corrections", wire.encode_correction(1, 1, i, i.to_bytes(8, "little"), i), 0, 0, 1, 0.0)
             for i in range(1, n + 1)]
 
 
@@ -456,7 +457,7 @@ def test_conflicting_duplicates_are_counted_as_dead_letters_not_duplicates():
         svc, _ = _ingest(store)
         assert svc.process(_batch(5), threading.Event()) is True
         again = _batch(5)[:3]                                     # 3 true duplicates
-        changed = [_Msg("dpsense/corrections", wire.encode_correction(i.to_bytes(8, "little"), 99), 0, 0, 1, 0.0)
+        changed = [_Msg("dpsense/corrections", wire.encode_correction(1, 1, i, i.to_bytes(8, "little"), 99), 0, 0, 1, 0.0)
                    for i in (4, 5)]                               # 2 conflicting duplicates
         bad = [_Msg("dpsense/corrections", b"\x01", 0, 0, 1, 0.0)] * 4     # 4 identical bad payloads
         assert svc.process(again + changed + bad, threading.Event()) is True

@@ -219,8 +219,8 @@ class Uart:
                     self.inq += a
                 self.acks = self.acks[2:]
                 self.inq += b"!\\n"
-            elif ln[:1] == b"~" and len(ln) == 37:
-                self.acks.append(b"!" + ln[9:25] + b"\\n")
+            elif ln[:1] == b"~" and len(ln) == 61:
+                self.acks.append(b"!" + ln[33:49] + b"\\n")
 
     def readinto(self, buf):
         if self.at >= len(self.inq):

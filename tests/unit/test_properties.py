@@ -51,10 +51,22 @@ def test_reading_round_trip(device, boot, seq, tok, cfg, values):
     assert framing.unframe(framing.frame(msg)) == msg
 
 
-@given(tokens, i32)
-def test_correction_round_trip(tok, d):
-    msg = wire.encode_correction(tok, d)
-    assert wire.decode(msg) == (wire.KIND_CORRECTION, (tok, d))
+@given(u32.filter(bool), u32, u32, tokens, i32)
+def test_correction_round_trip(device, boot, seq, tok, d):
+    msg = wire.encode_correction(device, boot, seq, tok, d)
+    assert wire.decode(msg) == (wire.KIND_CORRECTION, (device, boot, seq, tok, d))
+
+
+@given(u32.filter(bool), u32, st.lists(u32, min_size=1, max_size=200))
+def test_ack_round_trip_acknowledges_exactly_the_given_seqs(device, boot, seqs):
+    of = wire.KIND_READING
+    got = set()
+    for msg in wire.encode_acks(of, device, boot, wire.seq_ranges(seqs)):
+        o, d, b, ranges = wire.decode_ack(msg)
+        assert (o, d, b) == (of, device, boot)
+        for first, last in ranges:
+            got.update(range(first, last + 1))
+    assert got == set(seqs)
 
 
 @settings(max_examples=500)

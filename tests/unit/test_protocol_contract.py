@@ -92,9 +92,9 @@ def test_the_gap_vectors_are_what_the_store_counts() -> None:
 # -- 9. duplicates and wrong kinds -------------------------------------------------------------
 
 def test_the_duplicate_and_wrong_kind_vectors() -> None:
-    payloads = {"R": vectors.READING_V1, "C": vectors.CORRECTION_V1,
-                "R'": wire.encode_reading(*vectors.READING_V1_FIELDS[:5], [1201, -5]),
-                "C'": wire.encode_correction(vectors.TOKEN, 0)}
+    payloads = {"R": vectors.READING_V2, "C": vectors.CORRECTION_V2,
+                "R'": wire.encode_reading(*vectors.READING_V2_FIELDS[:5], [1201, -5]),
+                "C'": wire.encode_correction(*vectors.CORRECTION_V2_FIELDS[:4], 0)}
     rows = _table(_section("10. Duplicates"), "topic")
     assert len(rows) == 11
     with open_analyst_store("sqlite://") as a, open_correction_store("sqlite://") as c:
@@ -128,7 +128,7 @@ def test_the_uplink_settings_in_the_doc_are_the_firmware_s() -> None:
     from tests.portable import fwutil  # noqa: F401  (puts firmware/ on the import path)
     import uplink
     rows = dict(_table(_section("11. Refused publishes"), "setting"))
-    assert rows["connections lost in a row on the same oldest record before it is dropped"] == \
+    assert rows["connections lost in a row on the same oldest never-PUBACKed record before it is dropped"] == \
         str(uplink.REFUSED_AFTER)
     app = (ROOT / "firmware" / "app.py").read_text()
     assert rows["first reconnect delay"] == "250 ms" and 'cfg["ack_timeout_ms"], 250,' in app
@@ -158,8 +158,8 @@ def test_the_poll_transcript_is_what_the_gateway_answers() -> None:
     lines = _blocks(_section("13. Poll replies"))[0].splitlines()
     mids = iter(range(1, 100))
     gw = Gateway(7, lambda topic, payload: next(mids), lambda s: None)
-    frames = {"frame of the reading of 1.4": vectors.READING_V1_FRAME,
-              "frame of the correction of 1.4": vectors.CORRECTION_V1_FRAME}
+    frames = {"frame of the reading of 1.4": vectors.READING_V2_FRAME,
+              "frame of the correction of 1.4": vectors.CORRECTION_V2_FRAME}
     polls = 0
     answers: list[bytes] = []
     for ln in lines:
@@ -170,9 +170,12 @@ def test_the_poll_transcript_is_what_the_gateway_answers() -> None:
                 gw.feed(frames[text])
                 continue
             polls += 1
-            if polls == 2:                     # the broker acknowledged both messages meanwhile
+            if polls == 2:                     # both ingests committed the record meanwhile
                 gw.acked(1)
                 gw.acked(2)
+                for of in (wire.KIND_READING, wire.KIND_CORRECTION):
+                    for m in wire.encode_acks(of, 7, 1, [(42, 42)]):
+                        gw.committed(m)
             gw.feed(text.encode() + b"\n")
             answers.append(gw.take_replies())
         else:
