@@ -29,7 +29,9 @@ from pathlib import Path
 
 import pytest
 
+from dpsense.cloud.correction.sealed import DeviceKeys, open_record
 from dpsense.protocol import __version__, wire
+from dpsense.protocol.layout import KIND_SEALED
 from dpsense.protocol.framing import unframe
 from dpsense.protocol.ledgerfile import fresh
 from dpsense.tools.deploy import micropython_binary
@@ -38,6 +40,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = json.loads((ROOT / "firmware" / "package.json").read_text())
 COLUMN = {"num": 1, "den": 1, "offset": 0, "raw_min": -5000, "raw_max": 5000, "delta_q": 25}
 STIMULUS = [[-1200], [0], [4321]]
+KEYS = DeviceKeys(bytes(range(16)), bytes(range(100, 132)))    # the board's correction-record keys
+
+
+def _provision(board: Path) -> None:
+    """What provisioning writes next to the config: a fresh ledger and the seal keys."""
+    (board / "ledger.bin").write_bytes(fresh())
+    (board / "seal.key").write_bytes(KEYS.to_bytes())
 
 
 def _config(**keys: object) -> dict[str, object]:
@@ -143,7 +152,7 @@ def test_the_installed_firmware_boots_with_its_version_and_releases_readings(
     cfg = _config(broker_host="127.0.0.1", broker_port=port, broker_user="d7",
                   broker_password="unused", backoff_max_ms=200)
     (board / "config.json").write_text(json.dumps(cfg))
-    (board / "ledger.bin").write_bytes(fresh())          # what provisioning writes
+    _provision(board)
     lines = _run_until([upy, "main.py", "config.json"], board, "stimulus done:")
     boot = [ln for ln in lines if ln.startswith("boot ok:")]
     assert len(boot) == 1, lines
@@ -159,7 +168,7 @@ def test_the_installed_firmware_writes_records_on_the_serial_path(
     board = tmp_path / "pico"
     shutil.copytree(installed, board)
     (board / "config.json").write_text(json.dumps(_config(board="pico")))
-    (board / "ledger.bin").write_bytes(fresh())
+    _provision(board)
     lines = _run_until([upy, "main.py", "config.json"], board, "stimulus done:")
     assert lines[0].startswith("boot ok: board=pico device=7 ") and \
         " version=%s " % __version__ in lines[0], lines
@@ -168,9 +177,10 @@ def test_the_installed_firmware_writes_records_on_the_serial_path(
     boot_id = int(lines[0].split(" boot=")[1].split()[0])
     frames = [unframe(ln.encode()) for ln in lines if ln.startswith("~")]
     readings = [wire.decode_reading(f) for f in frames if f[1] == wire.KIND_READING]
-    corrections = [wire.decode_correction(f) for f in frames if f[1] == wire.KIND_CORRECTION]
+    # one sealed correction record per reading, opened with the board's keys
+    corrections = [open_record(KEYS, f) for f in frames if f[1] == KIND_SEALED]
     assert [r[:3] for r in readings] == [(7, boot_id, 0), (7, boot_id, 1), (7, boot_id, 2)]
-    assert [c[:4] for c in corrections] == [r[:4] for r in readings]      # one per reading
+    assert [c[:3] + c[4:5] for c in corrections] == [r[:4] for r in readings]
 
 
 def test_a_bad_config_stops_the_installed_firmware_naming_the_key(

@@ -22,6 +22,7 @@ from app import App                          # noqa: E402
 from ledger import Ledger                    # noqa: E402
 import boards                                # noqa: E402
 from shared_protocol.config import validate  # noqa: E402
+from tests.statistical.release_timing import new_seal_key  # noqa: E402
 
 WINDOW_RECORDS = 8
 WINDOW_SECONDS = 60
@@ -47,12 +48,14 @@ def main(base, mode, clocks):
         "columns": [{"num": 1, "den": 1, "offset": 0, "raw_min": -10, "raw_max": 10, "delta_q": 100}],
         "epsilon": "1", "centre": [0], "window_cap": CAP, "lifetime_cap": LIFETIME, "period_ms": 0,
         "stimulus": [[0]] * len(clocks), "ring_path": base + "-ring", "ledger_path": base + "-ledger",
+        "seal_key_path": base + "-key",
     }
     if mode == "seconds":
         raw["window_seconds"] = WINDOW_SECONDS
     else:
         raw["window_records"] = WINDOW_RECORDS
     cfg = validate(raw, profile)
+    new_seal_key(cfg["seal_key_path"])
     app = App(cfg, profile, lambda s: None, (lambda b: None, lambda: None))
     clock = StepClock(clocks[0] if clocks else 0)
     # The same ledger, read with the step clock (App's own reads the system clock).

@@ -19,6 +19,16 @@ from ledger import provision               # noqa: E402
 import boards                              # noqa: E402
 from shared_protocol.config import validate  # noqa: E402
 from shared_protocol import wire           # noqa: E402
+from shared_protocol.seal import ENC_KEY_SIZE, MAC_KEY_SIZE  # noqa: E402
+
+
+def new_seal_key(path):
+    """A fresh key file next to the fresh ledger, as provisioning writes them: the records are
+    sealed, as on a provisioned board."""
+    import os
+    f = open(path, "wb")
+    f.write(os.urandom(ENC_KEY_SIZE + MAC_KEY_SIZE))
+    f.close()
 
 
 def main(n, period, tmp):
@@ -28,9 +38,10 @@ def main(n, period, tmp):
         "columns": [{"num": 1, "den": 1, "offset": 0, "raw_min": -10, "raw_max": 10, "delta_q": 100}],
         "epsilon": "1", "centre": [0], "window_records": 10 ** 6, "window_cap": "1000000",
         "lifetime_cap": "1000000", "period_ms": period, "stimulus": [[0]] * n,
-        "ring_path": tmp + "-ring", "ledger_path": tmp + "-ledger",
+        "ring_path": tmp + "-ring", "ledger_path": tmp + "-ledger", "seal_key_path": tmp + "-key",
     }, profile)
     provision(cfg["ledger_path"])
+    new_seal_key(cfg["seal_key_path"])
     app = App(cfg, profile, lambda s: None, (lambda b: None, lambda: None))
     read_at = [0, -1]     # when the ledger let the last reading through, and its sequence number
     charge = app.ledger.charge
