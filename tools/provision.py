@@ -284,8 +284,10 @@ def microbit_config_text(cfg: dict[str, Any]) -> str:
         return "<%s>" % type(v).__name__   # no JSON value: a type the board accepts nowhere
 
     from dpsense.protocol.config import KEYS as config_keys
+    # Keys the micro:bit's node has no use for are left out; a key it cannot honour
+    # (epsilon_cs: no noise on d_diff in its heap) is written so the board refuses it.
     unused = set(config_keys) - set(MICROBIT_KEYS) - {"window_seconds", "broker_host",
-                                                     "broker_port", "broker_user"}
+                                                     "broker_port", "broker_user", "epsilon_cs"}
     lines = []
     for k, v in cfg.items():
         if k in unused:
