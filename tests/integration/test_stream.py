@@ -8,12 +8,14 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -154,6 +156,11 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         s.close()
 
 
+def _epoch(iso: str) -> float:
+    """``2025-11-25T16:40:05.000Z`` (the analyst's log) as seconds since the epoch."""
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
 def _dpsense(stack: Stack, *args: str) -> str:
     res = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", *args, *stack.common], capture_output=True,
                          text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
@@ -167,12 +174,14 @@ def test_a_steady_fleet_gets_one_verdict_per_window_and_group_within_5_s(stack: 
     assert sim.wait(90) == 0, stack.log("simulate")
     assert _wait(stack.settled, 30), stack.log("analyst")
     with stack.store() as s:
-        windows = s.windows()
+        everything = s.windows()
         payloads = dict(s.window_results())
         row_key = {row: (r.device_id, r.boot_id, r.seq) for row, r in s.readings_after(0, 10 ** 6)}
         pending = s.pending_by_group(0, s.max_row_id())
-        carried = [e for e in s.events() if e.kind == "carried"]
+        carried = [e for e in s.events(10 ** 4) if e.kind == "carried"]
     assert len(row_key) == 22 * RATE
+    # A window the detector found too sparse gave its readings back (state carried, no result).
+    windows = [w for w in everything if w.state != "carried"]
 
     # One stored result per window and group, each within 5 s of its close.
     assert {w.group for w in windows} == {"hall-a", "hall-b"}
@@ -186,9 +195,24 @@ def test_a_steady_fleet_gets_one_verdict_per_window_and_group_within_5_s(stack: 
     assert sorted(payloads) == [w.id for w in windows]
     delays = [w.done_at - w.end for w in windows]
     assert max(delays) <= 5.0, delays
-    # Every reading is in exactly one window, or (a tail below the minimum) carried and said so.
+    # Every reading is in exactly one window, or still pending.
     assert sum(w.n for w in windows) + sum(p.count for p in pending.values()) == len(row_key)
-    assert len(carried) == len(pending)
+    # A window below the minimum is carried and said so (docs/operating.md, "The minimum window"):
+    # the tail, and also mid-stream a window that holds few readings when it closes, --settle
+    # after its end (the stream's first, partial interval; readings the ingest had not yet
+    # committed). Its readings are in a later window of its group, or still pending at the end.
+    said = re.compile(r"the window (\S+) to (\S+) has [0-9]+ readings")
+    for e in carried:
+        m = said.search(e.text)
+        if e.window is not None:
+            span = next((w.start, w.end) for w in everything if w.id == e.window)
+        else:
+            assert m is not None, e.text
+            span = (_epoch(m.group(1)), _epoch(m.group(2)))
+        assert e.group in pending or any(w.group == e.group and w.start <= span[0] and w.end > span[1]
+                                         for w in windows), e.text
+    # A group's readings pending at the end are its tail, which was said to be carried.
+    assert set(pending) <= {e.group for e in carried}, (pending, [e.text for e in carried])
 
     # `dpsense results candidates --format csv`: every candidate with device, boot and seq.
     rows = list(csv.DictReader(io.StringIO(_dpsense(stack, "results", "candidates", "--format", "csv"))))
