@@ -60,9 +60,12 @@ class Acknowledgements:
         self._queued: set[bytes] = set()            # the tokens in _ready
         self._replies: deque[bytes] = deque()       # lines to write to the board now
         self._keys: dict[tuple[int, int], bytes] = {}   # (boot, seq) -> token, the newest MAX_KEYS
+        self._open: set[bytes] = set()              # records relayed, not yet acknowledged to the board
 
     def track_record(self, mid: object, token: bytes, kind: int) -> None:
         """Message ``mid`` carried the ``kind`` message of the record ``token``."""
+        with self._lock:
+            self._open.add(token)
         self._track(mid, (token, kind))
 
     def track_status(self, mid: object) -> None:
@@ -96,8 +99,10 @@ class Acknowledgements:
             self._waiting.pop(mid)
 
     def all_acked(self, published: int) -> bool:
+        """Every publish acknowledged by the broker and every record relayed acknowledged to
+        the board (committed by the cloud, answered to a poll), resends included."""
         with self._lock:
-            return self.acked >= published
+            return self.acked >= published and not self._open
 
     def poll(self, n: int) -> None:
         """The board polled for up to ``n`` acknowledgements: queue them and the end line."""
@@ -105,6 +110,7 @@ class Acknowledgements:
             for _ in range(min(n, len(self._ready))):
                 token = self._ready.popleft()
                 self._queued.discard(token)
+                self._open.discard(token)
                 self._replies.append(b"!" + token.hex().encode("ascii") + b"\n")
                 self.replies += 1
             self._replies.append(b"!\n")

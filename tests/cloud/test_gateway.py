@@ -51,6 +51,15 @@ def test_idle_is_reported_once_everything_is_acknowledged():
     gw.acked()
     gw.acked()
     gw.tick()
+    # the broker's PUBACKs are not an acknowledgement: the record is not committed yet, and
+    # not answered to the board
+    assert not any(s.startswith("idle") for s in logs)
+    _commit(gw, READING)
+    _commit(gw, CORRECTION)
+    gw.tick()
+    assert not any(s.startswith("idle") for s in logs)      # committed, the board not yet told
+    gw.feed(b"!\n")
+    gw.tick()
     gw.tick()
     assert [s for s in logs if s.startswith("idle")] == [
         "idle: all 1 records acknowledged (2 messages published, 0 malformed lines, 0 console lines)"]
