@@ -1,8 +1,13 @@
 """Process handling the integration tests share."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def stop(p: subprocess.Popen) -> None:
@@ -14,3 +19,14 @@ def stop(p: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def service(logs: Path, name: str, args: list[str], password: str | None = None) -> subprocess.Popen[bytes]:
+    """``python -m dpsense.cloud.cli *args`` from the checkout, its output appended to
+    ``logs/<name>.log``; ``password`` is given as DPSENSE_BROKER_PASSWORD."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if password is not None:
+        env["DPSENSE_BROKER_PASSWORD"] = password
+    with open(logs / ("%s.log" % name), "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "dpsense.cloud.cli", *args], env=env,
+                                stdout=log, stderr=log)

@@ -25,6 +25,7 @@ from dpsense.cloud import topics
 from dpsense.cloud.broker import Broker, BrokerError, free_port
 from dpsense.cloud.cli import main
 from dpsense.cloud.storage import open_analyst_store, open_correction_store
+from tests.integration import procs
 from tests.integration.procs import stop
 
 pytestmark = [pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
@@ -68,12 +69,7 @@ class Fleet:
         self.broker.start()
 
     def service(self, name: str, role: str, *args: str) -> subprocess.Popen[bytes]:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        if role in self.passwords:
-            env["DPSENSE_BROKER_PASSWORD"] = self.passwords[role]
-        with open(self.logs / ("%s.log" % name), "ab") as log:
-            p = subprocess.Popen([sys.executable, "-m", "dpsense.cloud.cli", *args, *self.common], env=env,
-                                 stdout=log, stderr=log)
+        p = procs.service(self.logs, name, [*args, *self.common], self.passwords.get(role))
         self.procs[name] = p
         return p
 

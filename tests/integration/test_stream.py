@@ -27,6 +27,7 @@ from dpsense.cloud import topics
 from dpsense.cloud.broker import Broker, free_port
 from dpsense.cloud.cli import main
 from dpsense.cloud.storage import AnalystStore, open_analyst_store
+from tests.integration import procs
 from tests.integration.procs import stop
 
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
@@ -87,12 +88,7 @@ class Stack:
         self.alerts: list[tuple[str, dict]] = []
 
     def service(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        if name in self.passwords:
-            env["DPSENSE_BROKER_PASSWORD"] = self.passwords[name]
-        with open(self.logs / ("%s.log" % name), "ab") as log:
-            p = subprocess.Popen([sys.executable, "-m", "dpsense.cloud.cli", *args, *self.common], env=env,
-                                 stdout=log, stderr=log)
+        p = procs.service(self.logs, name, [*args, *self.common], self.passwords.get(name))
         self.procs[name] = p
         return p
 
