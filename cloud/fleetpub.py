@@ -2,11 +2,13 @@
 
     pub = FleetPublisher(settings, passwords, devices)      # passwords: account -> password
     pub.connect()                                            # every device connected, or an error
-    seconds = pub.publish(enc)                               # QoS 1; returns when every PUBACK is in
-    seconds = pub.publish(enc, committed=True)               # ... when the cloud committed every record
+    seconds = pub.publish(enc)                               # QoS 1; returns when the cloud committed
+                                                             # every record (both acknowledgements)
+    seconds = pub.publish(enc, wait="broker")                # ... when the broker PUBACKed each once
     pub.send([(device_id, topic, payload), ...])             # or stream messages and poll pub.acked
     pub.stream(enc)                                          # or hand records out and poll pub.committed
-    pub.close()
+    pub.stream_records([(device_id, reading, correction), ...])
+    uncommitted = pub.close()                                # records the cloud never acknowledged
 
 Why processes. A paho client costs tens of microseconds of Python per QoS 1 message (build
 and send the PUBLISH, parse the PUBACK); one interpreter holding every connection, with a
@@ -29,10 +31,15 @@ Books. Like a board (docs/protocol.md 3.1), each worker keeps every record of ``
 the cloud has committed both of its records: each simulated device subscribes to its own
 acknowledgement topic, and a record whose acknowledgements are still missing
 ``COMMIT_TIMEOUT_S`` after it was (re)sent is published again, the same bytes. ``committed``
-counts the records whose both acknowledgements arrived; ``publish(..., committed=True)`` waits
-for them. A connection lost after start-up (a broker restart) is reconnected every
-``_RETRY_S``, as a board does; on reconnecting, a device sends again everything its books
-still hold. A device that stays away ``RECONNECT_FOR_S`` ends the run with an error.
+counts the records whose both acknowledgements arrived, each once, and ``publish`` waits for
+them: a record is done when the cloud committed it, never on the broker's PUBACK (the broker
+acknowledges what it may still lose, and a resend is acknowledged again). ``acked`` counts
+PUBACKs of first sends only, so resends never inflate it; it measures the broker, not delivery.
+``close`` returns how many records the books still held, which callers must say. A connection
+lost after start-up (a broker restart, or the broker dropping the client) is reported through
+``on_event`` and reconnected every ``_RETRY_S``, as a board does; on reconnecting, a device
+sends again everything its books still hold. A device that stays away ``RECONNECT_FOR_S`` ends
+the run with an error.
 
 Order. A device's messages leave in the order given, over its one connection, so the broker
 sees each device's readings and correction records in that order, as before. Messages of
@@ -91,7 +98,8 @@ class FleetPublisher:
     one per device); see the module docstring."""
 
     def __init__(self, settings: Settings, passwords: dict[str, str], devices: int,
-                 processes: int | None = None, commit_timeout_s: float = COMMIT_TIMEOUT_S) -> None:
+                 processes: int | None = None, commit_timeout_s: float = COMMIT_TIMEOUT_S,
+                 on_event: Callable[[str], None] | None = None) -> None:
         if devices < 1:
             raise ValueError("devices must be >= 1")
         if processes is not None and processes < 1:
@@ -110,6 +118,10 @@ class FleetPublisher:
         self._procs: list[subprocess.Popen[bytes]] = []
         self._acked = 0
         self._committed = 0
+        self._handed = 0
+        self._uncommitted_at_close = 0
+        self.on_event = on_event
+        self.events: list[str] = []         # connection losses and returns, in order
 
     def _worker_of(self, device_id: int) -> int:
         if not 1 <= device_id <= self.devices:
@@ -172,12 +184,19 @@ class FleetPublisher:
                     self._acked += int(value)
                 elif kind == "committed":
                     self._committed += int(value)
+                elif kind == "event":
+                    self.events.append(str(value))
+                    if self.on_event is not None:
+                        self.on_event(str(value))
+                elif kind == "closed":
+                    self._uncommitted_at_close += int(value)
                 else:
                     raise ConnectionError(str(value))
 
     @property
     def acked(self) -> int:
-        """Messages the broker acknowledged so far."""
+        """Messages the broker acknowledged so far, first sends only (a resend's PUBACK is not
+        counted again)."""
         self._poll()
         return self._acked
 
@@ -190,42 +209,88 @@ class FleetPublisher:
     def stream(self, enc: Records) -> None:
         """Hand every record of ``enc`` to the workers and return at once; ``committed`` tells
         how many the cloud has committed (the books keep and resend the rest)."""
-        self._hand_out("records", [(int(d), r, c) for d, r, c in zip(enc.device_ids, enc.readings, enc.corrections)])
+        self.stream_records([(int(d), r, c) for d, r, c in zip(enc.device_ids, enc.readings, enc.corrections)])
+
+    def stream_records(self, records: Sequence[tuple[int, bytes, bytes]]) -> None:
+        """``stream`` for (device id, reading, correction record) triples."""
+        self._handed += len(records)
+        # Records travel as (device, reading, correction); the worker knows the two topics.
+        self._hand_out("records", records)
+
+    @property
+    def uncommitted(self) -> int:
+        """Records handed to ``publish``/``stream`` whose acknowledgements have not both arrived."""
+        return self._handed - self.committed
+
+    def wait_committed(self, timeout: float, progress: Callable[[int, int], None] | None = None) -> bool:
+        """Wait until every record handed out so far is committed; False when ``timeout`` ran out
+        first (``uncommitted`` says how many are missing)."""
+        deadline = time.monotonic() + timeout
+        step = max(1, self._handed // 10)
+        said = self.committed // step * step
+        while self.committed < self._handed:
+            if progress and self.committed // step > said // step:
+                said = self.committed // step * step
+                progress(said, self._handed)
+            if time.monotonic() > deadline:
+                return False
+            for pipe in self._pipes:
+                pipe.poll(0.005)
+        return True
 
     def publish(self, enc: Records, progress: Callable[[int, int], None] | None = None,
-                timeout: float = 600.0, committed: bool = False) -> float:
+                timeout: float = 600.0, wait: str = "committed") -> float:
         """Publish every record of ``enc`` (reading, then its correction record); seconds until
-        the last PUBACK arrived (``committed``: until the cloud committed every record, which
-        needs both ingests running)."""
+        the cloud committed every record (``wait="committed"``, the default, which needs both
+        ingests running), or until the broker acknowledged each message once (``wait="broker"``:
+        a measure of the broker, not delivery). ``TimeoutError`` says how many were not."""
+        if wait not in ("committed", "broker"):
+            raise ValueError("wait must be 'committed' or 'broker'")
         n = len(enc.readings)
-        count = (lambda: 2 * self.committed) if committed else (lambda: self.acked)
-        start = count()
+        t0 = time.perf_counter()
+        if wait == "committed":
+            start = self.committed
+            self.stream(enc)
+            if not self.wait_committed(timeout, progress):
+                raise TimeoutError("only %d of %d records committed within %.0f s"
+                                   % (self.committed - start, n, timeout))
+            return time.perf_counter() - t0
+        start = self.acked
         total = 2 * n
         step = max(1, n // 10)
-        t0 = time.perf_counter()
-        # Records travel as (device, reading, correction); the worker knows the two topics.
-        self._hand_out("records", [(int(d), r, c) for d, r, c in zip(enc.device_ids, enc.readings, enc.corrections)])
+        self.stream(enc)
         deadline = time.monotonic() + timeout
         said = 0
         while True:
-            done = count() - start
+            done = self.acked - start
             if progress and done // 2 // step > said // step:
                 said = done // 2 // step * step
                 progress(min(said, n), n)
             if done >= total:
                 break
             if time.monotonic() > deadline:
-                raise TimeoutError("only %d of %d messages %s" % (done, total, "committed" if committed
-                                                                  else "acknowledged"))
+                raise TimeoutError("only %d of %d messages acknowledged by the broker" % (done, total))
             for pipe in self._pipes:
                 pipe.poll(0.005)
         return time.perf_counter() - t0
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """Stop the workers; returns how many records their books still held (never committed)."""
         for pipe in self._pipes:
             try:
                 pipe.send(("close", None))
             except OSError:
+                pass
+        for pipe in self._pipes:
+            try:
+                while pipe.poll(10):
+                    kind, value = pipe.recv()
+                    if kind == "closed":
+                        self._uncommitted_at_close += int(value)
+                        break
+                    if kind == "committed":
+                        self._committed += int(value)
+            except (EOFError, OSError):
                 pass
         for p in self._procs:
             try:
@@ -236,6 +301,8 @@ class FleetPublisher:
         for pipe in self._pipes:
             pipe.close()
         self._pipes, self._procs = [], []
+        left, self._uncommitted_at_close = self._uncommitted_at_close, 0
+        return left
 
 
 # -- worker process ---------------------------------------------------------------------------
@@ -279,8 +346,11 @@ class _Worker:
         self.clients: dict[int, BufferedClient] = {}
         self.refused: list[str] = []
         self.published = 0
-        self.acked = 0
-        self.todo: deque[tuple[int, str, bytes]] = deque()
+        self.pubacks = 0                        # every PUBACK: the window of unacknowledged messages
+        self.acked = 0                          # PUBACKs of first sends: what ``acked`` reports
+        self.resend_mids: dict[int, set[int]] = {d: set() for d, _, _ in accounts}
+        # (device, topic, payload, a resend?)
+        self.todo: deque[tuple[int, str, bytes, bool]] = deque()
         self.reading_topic = {d: topics.READINGS % name for d, name, _ in accounts}
         # device -> (boot, seq) -> [reading, correction, bits not committed (1, 2), last sent]
         self.books: dict[int, dict[tuple[int, int], list[Any]]] = {d: {} for d, _, _ in accounts}
@@ -315,7 +385,10 @@ class _Worker:
             return
         client.subscribe(topics.ACK % userdata, qos=0)
         d = self.device_of[str(userdata)]
-        if self.down.pop(d, None) is not None:
+        since = self.down.pop(d, None)
+        if since is not None:
+            self._event("%s reconnected after %.1f s; sending again the %d records its books hold"
+                        % (userdata, time.monotonic() - since, len(self.books[d])))
             self._resend_all(d)
 
     def _on_subscribe(self, client: mqtt.Client, userdata: object, mid: int, reasons: Any,
@@ -345,7 +418,18 @@ class _Worker:
                         self.committed += 1
 
     def _on_publish(self, client: mqtt.Client, userdata: object, mid: int, reason: object, props: object) -> None:
-        self.acked += 1
+        self.pubacks += 1
+        resent = self.resend_mids[self.device_of[str(userdata)]]
+        if mid in resent:
+            resent.discard(mid)
+        else:
+            self.acked += 1
+
+    def _event(self, text: str) -> None:
+        try:
+            self.pipe.send(("event", text))
+        except OSError:
+            pass
 
     def connect(self, timeout: float) -> None:
         for c in self.clients.values():
@@ -370,7 +454,13 @@ class _Worker:
         """Device ``d`` lost the broker: before start-up an error, afterwards retried."""
         if not self.started:
             raise ConnectionError(why)
-        self.down.setdefault(d, time.monotonic())
+        if d not in self.down:
+            self.down[d] = time.monotonic()
+            self.resend_mids[d].clear()         # a new connection numbers its messages anew
+            # The broker's log says why it dropped a client (Mosquitto 2.0.11 logs some plain
+            # disconnects as "out of memory"); the device itself only sees the connection end.
+            self._event("d%d lost the broker (%s); reconnecting, %d records not yet committed"
+                        % (d, why, len(self.books[d])))
 
     def _reconnect(self) -> None:
         now = time.monotonic()
@@ -394,9 +484,9 @@ class _Worker:
         for e in self.books[d].values():
             e[3] = now
             if e[2] & 1:
-                self.todo.append((d, self.reading_topic[d], e[0]))
+                self.todo.append((d, self.reading_topic[d], e[0], True))
             if e[2] & 2:
-                self.todo.append((d, topics.CORRECTIONS, e[1]))
+                self.todo.append((d, topics.CORRECTIONS, e[1], True))
 
     def _service(self, wait: float) -> None:
         """Read what the sockets hold (PUBACKs, CONNACKs), write what paho could not send yet;
@@ -446,30 +536,34 @@ class _Worker:
             if pipe.poll():
                 kind, value = pipe.recv()
                 if kind == "close":
+                    pipe.send(("committed", self.committed - committed_said))
+                    pipe.send(("closed", sum(len(b) for b in self.books.values())))
                     break
                 if kind == "records":
                     now = time.monotonic()
                     for d, reading, correction in value:
                         self.books[d][struct.unpack_from("<II", reading, READING_KEY_AT)] = \
                             [reading, correction, 3, now]
-                        todo.append((d, self.reading_topic[d], reading))
-                        todo.append((d, topics.CORRECTIONS, correction))
+                        todo.append((d, self.reading_topic[d], reading, False))
+                        todo.append((d, topics.CORRECTIONS, correction, False))
                 else:
-                    todo.extend(value)
-            room = _INFLIGHT * len(self.clients) - (self.published - self.acked)
+                    todo.extend((d, t, p, False) for d, t, p in value)
+            room = _INFLIGHT * len(self.clients) - (self.published - self.pubacks)
             for _ in range(max(0, min(_READ_EVERY, len(todo), room))):
-                d, topic, payload = todo.popleft()
+                d, topic, payload, resend = todo.popleft()
                 if d in self.down:
                     continue                    # its books resend it on reconnecting
                 info = self.clients[d].publish(topic, payload, qos=1)
                 if info.rc != mqtt.MQTT_ERR_SUCCESS:
                     self._lost(d, "device d%d: %s" % (d, mqtt.error_string(info.rc)))
                     continue
+                if resend:
+                    self.resend_mids[d].add(info.mid)
                 self.published += 1
             self._service(0 if todo and room > 0 else 0.05)
             self._reconnect()
             now = time.monotonic()
-            if self.acked != reported and (now - last_report >= _REPORT_S or self.acked == self.published):
+            if self.acked != reported and (now - last_report >= _REPORT_S or self.pubacks == self.published):
                 pipe.send(("acked", self.acked - reported))
                 reported = self.acked
                 last_report = now
@@ -491,9 +585,9 @@ class _Worker:
                     e[3] = now
                     self.resent += 1
                     if e[2] & 1:
-                        self.todo.append((d, self.reading_topic[d], e[0]))
+                        self.todo.append((d, self.reading_topic[d], e[0], True))
                     if e[2] & 2:
-                        self.todo.append((d, topics.CORRECTIONS, e[1]))
+                        self.todo.append((d, topics.CORRECTIONS, e[1], True))
 
     def close(self) -> None:
         for c in self.clients.values():

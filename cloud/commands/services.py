@@ -597,6 +597,13 @@ def parser_simulate(p: argparse.ArgumentParser) -> None:
                         "data drawn afresh, or the --csv rows over and over; --n is then the calibration set)")
     p.add_argument("--duration", type=float, help="with --rate: stop after this many seconds (default: until "
                                                   "Ctrl-C or SIGTERM)")
+    p.add_argument("--wait", choices=("committed", "broker"), default="committed",
+                   help="a record is done when both ingests committed it (default; needs the analyst and "
+                        "the correction server running), or when the broker acknowledged it (broker: a "
+                        "test of the broker alone, which says nothing about delivery)")
+    p.add_argument("--commit-timeout", type=float, default=120.0,
+                   help="seconds to wait, after the last record left, for the rest to be committed "
+                        "(default 120); the run fails and says how many were not")
     add_common(p)
 
 
@@ -608,6 +615,8 @@ def do_simulate(args: argparse.Namespace) -> int:
         raise UsageError("--rate must be > 0 readings per second")
     if args.duration is not None and not args.duration > 0:
         raise UsageError("--duration must be > 0 seconds")
+    if not args.commit_timeout > 0:
+        raise UsageError("--commit-timeout must be > 0 seconds")
     if args.rate is not None:
         run_steady(settings_from(args), args, stop_on_sigterm())
     else:

@@ -31,7 +31,6 @@ from dpsense.cloud.broker import Broker
 from dpsense.cloud.commands.common import check_transport
 from dpsense.cloud.config import Settings
 from dpsense.cloud.errors import DpsenseError
-from dpsense.cloud.fleetpub import Message
 from dpsense.cloud.profile import calibrate, save_profile
 from dpsense.cloud.report import noise_source
 from dpsense.cloud.correction.sealed import provision_keys
@@ -97,21 +96,30 @@ def run_simulation(settings: Settings, args: argparse.Namespace) -> dict[str, fl
     t_enc = time.perf_counter() - t0
     save_ground_truth(Path(settings.data_dir) / "groundtruth.npz", enc, outlier, profile)
     save_profile(settings.data_dir, profile)
-    pub = FleetPublisher(settings, passwords, devices)
+    wait = str(getattr(args, "wait", "committed"))
+    pub = FleetPublisher(settings, passwords, devices, on_event=lambda e: _say("simulate: " + e))
     try:
         pub.connect()
-        t_pub = pub.publish(enc, progress=log("published"))
+        t_pub = pub.publish(enc, progress=log(wait), timeout=float(getattr(args, "commit_timeout", 120.0)),
+                            wait=wait)
     except (OSError, ConnectionError) as e:
         raise FleetError("cannot reach the broker at %s:%d (%s); start it with `dpsense broker run`"
                          % (settings.broker_host, settings.broker_port, e)) from None
+    except TimeoutError as e:
+        raise FleetError("%s%s" % (e, _NOT_COMMITTED if wait == "committed" else "")) from None
     finally:
         pub.close()
     stats = {"readings": float(len(x)), "perturb_s": t_enc, "publish_s": t_pub,
              "readings_per_s": len(x) / t_pub if t_pub else 0.0}
-    print("simulate: perturbed %d readings in %.1f s; published and acknowledged %d messages in %.1f s "
-          "(%.0f readings/s)" % (len(x), t_enc, 2 * len(x), t_pub, stats["readings_per_s"]),
-          file=sys.stderr, flush=True)
+    print("simulate: perturbed %d readings in %.1f s; %s in %.1f s (%.0f readings/s)"
+          % (len(x), t_enc, ("all %d records committed by the cloud" % len(x)) if wait == "committed" else
+             ("%d messages acknowledged by the broker (delivery not checked)" % (2 * len(x))),
+             t_pub, stats["readings_per_s"]), file=sys.stderr, flush=True)
     return stats
+
+
+_NOT_COMMITTED = ("; the rest were not acknowledged as committed (are the analyst's and the correction "
+                  "server's ingests running on this broker?)")
 
 
 TICK = 0.02            # pacing step: at most this late against the schedule
@@ -162,7 +170,8 @@ def run_steady(settings: Settings, args: argparse.Namespace, stop: threading.Eve
     say("simulate: %g readings/s from %d devices (boot %d), %s; epsilon %s per column; %s"
         % (rate, devices, enc.boot_id, "for %g s" % float(duration) if duration else "until stopped",
            profile.epsilon, noise_source(seed)))
-    pub = FleetPublisher(settings, passwords, devices)
+    wait = str(getattr(args, "wait", "committed"))
+    pub = FleetPublisher(settings, passwords, devices, on_event=lambda e: _say("simulate: " + e))
     try:
         pub.connect()
     except (OSError, ConnectionError) as e:
@@ -182,16 +191,15 @@ def run_steady(settings: Settings, args: argparse.Namespace, stop: threading.Eve
             due = int(rate * (now - t0)) + 1
             if total is not None:
                 due = min(due, total)
-            out: list[Message] = []
+            out: list[tuple[int, bytes, bytes]] = []
             while sent < due:
                 if batch is None or i == len(batch.readings):
                     batch, i = enc.encode(next(blocks)), 0
-                d = int(batch.device_ids[i])
-                out.append((d, topics.READINGS % topics.device_username(d), batch.readings[i]))
-                out.append((d, topics.CORRECTIONS, batch.corrections[i]))
+                out.append((int(batch.device_ids[i]), batch.readings[i], batch.corrections[i]))
                 i += 1
                 sent += 1
-            pub.send(out)
+            # Into the books: a record the cloud has not committed is sent again, as a board does.
+            pub.stream_records(out)
             if total is not None and sent >= total:
                 break
             if now - last_said >= 10:
@@ -201,12 +209,20 @@ def run_steady(settings: Settings, args: argparse.Namespace, stop: threading.Eve
     except KeyboardInterrupt:
         pass
     elapsed = time.monotonic() - t0
+    timeout = float(getattr(args, "commit_timeout", 120.0))
     try:
-        _wait_acked(pub, 2 * sent + devices, 30.0)
+        if wait == "committed":
+            if not pub.wait_committed(timeout):
+                raise FleetError("%d of %d records not committed %.0f s after the last was sent%s"
+                                 % (pub.uncommitted, sent, timeout, _NOT_COMMITTED))
+        else:
+            _wait_acked(pub, 2 * sent + devices, timeout)
     finally:
         pub.close()
-    say("simulate: published and acknowledged %d readings in %.1f s (%.1f/s)"
-        % (sent, elapsed, sent / elapsed if elapsed else 0.0))
+    say("simulate: published %d readings in %.1f s (%.1f/s); %s"
+        % (sent, elapsed, sent / elapsed if elapsed else 0.0,
+           "every record committed by the cloud" if wait == "committed"
+           else "every message acknowledged by the broker (delivery not checked)"))
     return {"readings": float(sent), "seconds": elapsed}
 
 

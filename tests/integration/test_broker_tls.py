@@ -113,7 +113,7 @@ def test_services_and_the_simulator_speak_tls_and_refuse_a_broker_of_another_ca(
             assert not codes[0].is_failure
             # The simulator (new passwords for d1, d2, held in memory) over TLS as well.
             r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "simulate", "--devices", "2",
-                                "--n", "300", "--tls-ca", str(ca), *common], capture_output=True,
+                                "--n", "300", "--wait", "broker", "--tls-ca", str(ca), *common], capture_output=True,
                                text=True, timeout=120)
             assert r.returncode == 0, r.stderr
             deadline = time.monotonic() + 30

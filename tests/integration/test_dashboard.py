@@ -207,7 +207,7 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
                 pub.send([(d, topics.STATUS % topics.device_username(d),
                            json.dumps(dict(json.loads(fleet.status(d)), **LEDGER)).encode())
                           for d in range(1, DEVICES + 1)])
-                pub.publish(enc, timeout=300)
+                pub.publish(enc, timeout=300, wait="broker")
                 pub.send([(1, topics.READINGS % "d1", b"\x01not a record")])
                 _wait("the bad record acknowledged", lambda: pub.acked >= 2 * len(enc.readings) + DEVICES + 1,
                       30, logs / "analyst.log")
