@@ -189,8 +189,10 @@ class _Flow:
     arrived: dict[str, float] = field(default_factory=dict)  # when a group last got readings (clock)
     checked: float = float("-inf")                         # last time-window boundary handled
     waiting: collections.deque[int] = field(default_factory=collections.deque)  # windows without verdicts
-    retry_at: float = 0.0
-    backoff: float = 0.0
+    group_of: dict[int, str] = field(default_factory=dict)       # a waiting window's group, once read
+    # Per group: a held window delays its own group's later windows, never another group's.
+    retry_at: dict[str, float] = field(default_factory=dict)
+    backoff: dict[str, float] = field(default_factory=dict)
     # A carried window's group closes its next window only past it: a time window must end
     # after ``carried_end``, a count window holds ``carried_n`` readings more than usual.
     carried_end: dict[str, float] = field(default_factory=dict)
@@ -580,7 +582,10 @@ class Analyst:
             if self._mine(g):
                 f.pending[g] = p.count
                 f.arrived[g] = now
-        f.waiting.extend(w.id for w in store.windows(states=("closed", "held")) if self._mine(w.group))
+        for w in store.windows(states=("closed", "held")):
+            if self._mine(w.group):
+                f.waiting.append(w.id)
+                f.group_of[w.id] = w.group
         self._next_round = store.max_round_id() + 1
         if f.waiting:
             self.log("analyst: %d closed windows await their correction round (first: window %d)"
@@ -613,6 +618,7 @@ class Analyst:
             return
         f.pending[group] = max(0, f.pending.get(group, 0) - w.n)
         f.waiting.append(w.id)
+        f.group_of[w.id] = group
         f.carried_end.pop(group, None)
         f.carried_n.pop(group, None)
         if w.kind == "time":
@@ -673,18 +679,38 @@ class Analyst:
                 t = store.first_pending_at(g, f.seen, end)
 
     def _next_round_due(self, store: AnalystStore) -> int:
-        """Run the oldest waiting window's round if its time came; 1 when it completed."""
+        """Run the round of the oldest waiting window whose group is not waiting for a retry;
+        1 when it completed. Windows of one group go in order; a held group's later windows
+        wait for it, other groups' do not."""
         f = self._flow
-        if not f.waiting or self.clock() < f.retry_at:
-            return 0
-        w = store.window_record(f.waiting[0])
-        if w is None or w.state in ("done", "carried"):
-            f.waiting.popleft()
-            return 0
+        now = self.clock()
+        blocked: set[str] = set()
+        for wid in list(f.waiting):
+            g = f.group_of.get(wid)
+            if g is not None and (g in blocked or now < f.retry_at.get(g, 0.0)):
+                blocked.add(g)
+                continue
+            w = store.window_record(wid)
+            if w is None or w.state in ("done", "carried"):
+                self._unwait(wid)
+                continue
+            f.group_of[wid] = w.group
+            if w.group in blocked or now < f.retry_at.get(w.group, 0.0):
+                blocked.add(w.group)
+                continue
+            return self._round_of(store, w)
+        return 0
+
+    def _unwait(self, wid: int) -> None:
+        self._flow.waiting.remove(wid)
+        self._flow.group_of.pop(wid, None)
+
+    def _round_of(self, store: AnalystStore, w: WindowRecord) -> int:
+        f = self._flow
         try:
             res = self.process_window(store, w)
         except WindowCarried as e:
-            f.waiting.popleft()
+            self._unwait(w.id)
             text = "window %d (group %s, %d readings) carried into the group's next window: %s" % (
                 w.id, w.group, w.n, e)
             self.log("analyst: " + text)
@@ -697,16 +723,17 @@ class Analyst:
         except (RoundTimeout, msg.RoundError, RoundHeld) as e:
             if self._stop.is_set():
                 return 0
-            f.backoff = min(self.params.retry_max, max(self.params.retry_min, 2 * f.backoff))
-            f.retry_at = self.clock() + f.backoff
+            g = w.group
+            f.backoff[g] = min(self.params.retry_max, max(self.params.retry_min, 2 * f.backoff.get(g, 0.0)))
+            f.retry_at[g] = self.clock() + f.backoff[g]
             text = ("window %d (group %s, %d readings) held: %s; retrying in %.0f s (attempt %d)"
-                    % (w.id, w.group, w.n, e, f.backoff, w.attempts + 2))
+                    % (w.id, g, w.n, e, f.backoff[g], w.attempts + 2))
             self.log("analyst: " + text)
             store.hold_window(w.id, str(e), self.clock(), text)
             return 0
-        f.waiting.popleft()
-        f.backoff = 0.0
-        f.retry_at = 0.0
+        self._unwait(w.id)
+        f.backoff.pop(w.group, None)
+        f.retry_at.pop(w.group, None)
         late = ", verdict %.1f s after close" % (self.clock() - w.closed_at) if w.kind == "time" else ""
         how = ("no round: O' holds about the expected share of outliers" if res["skipped"]
                else "mode %s round %.2f s" % (res["mode"], res["round_s"]))

@@ -412,3 +412,34 @@ def test_a_window_of_only_odd_readings_completes_unscored(store: AnalystStore) -
     (w,) = store.windows()
     assert w.state == "done" and store.verdicts(candidates_only=False) == []
     assert store.set_apart_by_device() == {4: 25}
+
+
+def test_a_held_group_never_delays_another_group(store: AnalystStore) -> None:
+    """Group hall-a's window lacks correction records and is held (retry in 30 s, up to
+    max_hold); the default group's next window gets its verdict at the next poll, while
+    hall-a's own next window waits behind its held one and both complete in order."""
+    fleet = Fleet()
+    store.set_device_group(3, "hall-a", 0.0)
+    store.add_batch(fleet.readings(1, spread(6000.0, 6005.0, 60)), [])
+    held = fleet.readings(3, spread(6000.0, 6005.0, 60))
+    store.add_batch(held, [])
+    late = {r.token: fleet.d_diff.pop(r.token) for r in held[:3]}
+    clock = Clock(6006.0)
+    a, _ = make_analyst(store, InProcessServer(fleet.d_diff), clock, WindowSpec(seconds=5), max_hold=600.0,
+                        retry_min=30.0)
+    while a.poll(store):
+        pass
+    assert {w.group: w.state for w in store.windows()} == {"default": "done", "hall-a": "held"}
+    for d in (1, 3):
+        store.add_batch(fleet.readings(d, spread(6005.0, 6010.0, 60)), [])
+    clock.t = 6011.0                          # hall-a still waits for its retry at 6036
+    assert a.poll(store) == 1
+    states = [(w.group, w.start, w.state) for w in sorted(store.windows(), key=lambda w: w.id)]
+    assert ("default", 6005.0, "done") in states
+    assert ("hall-a", 6000.0, "held") in states and ("hall-a", 6005.0, "closed") in states
+    assert a.poll(store) == 0                 # nothing else is due
+    fleet.d_diff.update(late)
+    clock.t = 6037.0
+    assert a.poll(store) + a.poll(store) == 2
+    done = [(w.group, w.start) for w in sorted(store.windows(), key=lambda w: w.id) if w.state == "done"]
+    assert len(done) == 4 and done.index(("hall-a", 6000.0)) < done.index(("hall-a", 6005.0))
