@@ -65,6 +65,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -171,7 +172,11 @@ class Broker:
     """A Mosquitto instance owned by dpsense: configuration, accounts, process."""
 
     def __init__(self, data_dir: Path | str, port: int = 1883, host: str = "127.0.0.1",
-                 tls: "ServerFiles | None" = None) -> None:
+                 tls: "ServerFiles | None" = None, die_with_parent: bool = False) -> None:
+        # die_with_parent: Mosquitto ends when the thread that started it does (a SIGKILLed
+        # `dpsense broker run` or demo must not leave it holding the port); for commands
+        # that start it from their main thread only.
+        self.die_with_parent = die_with_parent
         self.data_dir = Path(data_dir).resolve()
         self.dir = self.data_dir / "broker"
         self.host = host
@@ -348,7 +353,8 @@ class Broker:
         with open(write_private(errfile, b""), "wb") as err:
             # umask 077: the persistence file and the log Mosquitto creates stay private too.
             self._proc = subprocess.Popen([exe, "-c", str(self.conf_path)],
-                                          stdout=subprocess.DEVNULL, stderr=err, umask=0o077)
+                                          stdout=subprocess.DEVNULL, stderr=err, umask=0o077,
+                                          preexec_fn=die_with_parent if self.die_with_parent else None)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -421,6 +427,15 @@ class Broker:
             yield self
         finally:
             self.stop()
+
+
+def die_with_parent() -> None:
+    """In a child between fork and exec: ask Linux to send it SIGTERM when the thread that
+    forked it ends, however that ends (kill -9 included). Elsewhere nothing: the child then
+    outlives a killed parent, as any child does."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
 
 
 def _port_open(host: str, port: int) -> bool:

@@ -25,7 +25,7 @@ from typing import TextIO
 import numpy as np
 
 from dpsense.cloud import topics
-from dpsense.cloud.broker import Broker, free_port
+from dpsense.cloud.broker import Broker, die_with_parent, free_port
 from dpsense.cloud.config import Settings
 from dpsense.cloud.datasets import paper1_synthetic
 from dpsense.cloud.errors import DpsenseError
@@ -77,8 +77,9 @@ def _service(args: list[str], log: Path, password: str) -> subprocess.Popen[byte
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                DPSENSE_BROKER_PASSWORD=password)
     with open(write_private(log, b""), "wb") as f:
+        # A killed demo takes its services with it (and its broker, below).
         return subprocess.Popen([sys.executable, "-m", "dpsense.cloud.cli", *args], env=env,
-                                stdout=f, stderr=subprocess.STDOUT)
+                                stdout=f, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
 
 
 def _wait_sessions(logs: list[tuple[Path, str]], timeout: float = 30.0) -> None:
@@ -121,7 +122,7 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
     profile = calibrate(ref.x, opts.epsilon, opts.quantum)
     save_profile(data_dir, profile)
 
-    broker = Broker(data_dir, port=settings.broker_port)
+    broker = Broker(data_dir, port=settings.broker_port, die_with_parent=True)
     # Passwords live in this process and the environment of the service they belong to.
     analyst_pw = broker.add_account("analyst")
     correction_pw = broker.add_account("correction")

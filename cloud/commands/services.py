@@ -144,6 +144,7 @@ def do_broker(args: argparse.Namespace) -> int:
             b.tls = tls.ServerFiles(Path(args.tls_cert) if args.tls_cert else sf.cert,
                                     Path(args.tls_key) if args.tls_key else sf.key)
         stop = stop_on_sigterm()
+        b.die_with_parent = True
         with b.running():
             print("broker: mosquitto (pid %s) on %s:%d%s, files in %s (log %s); Ctrl-C stops it"
                   % (b.pid, b.host, b.port, " over TLS" if b.tls else "", b.dir, b.log_path),
