@@ -65,6 +65,7 @@ from dpsense.cloud.profile import DeviceProfile
 from dpsense.cloud.session import Session
 from dpsense.cloud.results import iso_time
 from dpsense.cloud.storage import AnalystStore, StorageError, Verdict, WindowRecord
+from dpsense.cloud.errors import StorageUnavailable, backoff_delay
 from dpsense.cloud.storage.claims import ClaimLost, PartitionClaims
 from dpsense.cloud.storage.records import Members, WindowOutcome
 from dpsense.cloud.windows import WindowSpec, min_window_size, support
@@ -507,8 +508,26 @@ class Analyst:
                 # Claimed at the first turn of the loop, which then takes up those groups.
                 self._claims = PartitionClaims(store, self.owner, self.lease)
             self.resume(store)
+            outage: float | None = None         # when the store became unreachable
+            delay = 0.0
             while not stop.is_set():
-                worked = self.poll(store, flush_when_idle)
+                try:
+                    if outage is not None:
+                        self.resume(store)
+                        self.log("analyst: the store answers again after %.0f s; took up its state"
+                                 % (time.monotonic() - outage))
+                        outage, delay = None, 0.0
+                    worked = self.poll(store, flush_when_idle)
+                except StorageUnavailable as e:
+                    # A database restart or a lost connection passes: every write is one
+                    # transaction, so nothing half-done is stored; retry with backoff, say it
+                    # once, and take up the store's state again when it answers.
+                    if outage is None:
+                        outage = time.monotonic()
+                        self.log("analyst: the store is unavailable (%s); retrying with backoff" % e)
+                    delay = backoff_delay(delay, 0.5, 30.0)
+                    stop.wait(delay)
+                    continue
                 done += worked
                 if (exit_when_done and flush_when_idle is not None
                         and self._finished(self.clock(), flush_when_idle)):

@@ -5,6 +5,7 @@ A fake clock drives it: readings get arrival times, ``poll`` is called at chosen
 from __future__ import annotations
 
 import itertools
+import time
 import json
 import threading
 from collections.abc import Iterator
@@ -443,3 +444,78 @@ def test_a_held_group_never_delays_another_group(store: AnalystStore) -> None:
     assert a.poll(store) + a.poll(store) == 2
     done = [(w.group, w.start) for w in sorted(store.windows(), key=lambda w: w.id) if w.state == "done"]
     assert len(done) == 4 and done.index(("hall-a", 6000.0)) < done.index(("hall-a", 6005.0))
+
+
+class FlakyStore:
+    """The store with a scripted outage, all in the loop's thread: after the first completed
+    window it is unreachable for ``outage`` seconds (every call raises as a lost PostgreSQL
+    connection does); the first call after that adds ``then`` (readings that came meanwhile);
+    the second completed window sets ``stop``."""
+
+    def __init__(self, store: AnalystStore, then: list[Reading], stop: threading.Event, outage: float) -> None:
+        self._store = store
+        self.then = then
+        self.stop = stop
+        self.outage = outage
+        self.down_until: float | None = None
+        self.completed = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not callable(attr):
+            return attr
+
+        def call(*a: Any, **kw: Any) -> Any:
+            if self.down_until is not None:
+                if time.monotonic() < self.down_until:
+                    from dpsense.cloud.errors import StorageUnavailable
+                    raise StorageUnavailable("cannot read the newest row id in PostgreSQL: server closed the "
+                                             "connection unexpectedly")
+                self.down_until = None
+                self._store.add_batch(self.then, [])
+            out = attr(*a, **kw)
+            if name == "complete_window":
+                self.completed += 1
+                if self.completed == 1:
+                    self.down_until = time.monotonic() + self.outage
+                else:
+                    self.stop.set()
+            return out
+        return call
+
+    def close(self) -> None:
+        pass
+
+
+class Offline(InProcessServer):
+    """The in-process server as the analyst's MQTT client in ``run``."""
+
+    def disconnect(self) -> None:
+        pass
+
+    def loop_stop(self) -> None:
+        pass
+
+
+def test_the_loop_rides_through_a_store_outage_and_says_so_once(store: AnalystStore) -> None:
+    """The store is unreachable for 1.5 s (a database restart): the loop retries with backoff,
+    logs the outage once and its end once, then takes up the store's state and scores what came
+    meanwhile; it does not end."""
+    fleet = Fleet()
+    stop = threading.Event()
+    store.add_batch(fleet.readings(1, spread(6990.0, 6999.0, 40)), [])
+    flaky = FlakyStore(store, fleet.readings(1, spread(6999.0, 7000.0, 40)), stop, 1.5)
+    server = Offline(fleet.d_diff)
+    a, logs = make_analyst(flaky, server, Clock(7000.0), WindowSpec(count=40))  # type: ignore[arg-type]
+    a.open_store = lambda: flaky                # type: ignore[method-assign]
+    a.session.start = lambda client: None       # type: ignore[method-assign]
+    guard = threading.Timer(30, stop.set)       # a loop that never gets there ends the test anyway
+    guard.start()
+    try:
+        t0 = time.monotonic()
+        a.run(stop)
+    finally:
+        guard.cancel()
+    assert flaky.completed == 2 and time.monotonic() - t0 < 30, logs
+    assert sum("the store is unavailable" in line for line in logs) == 1
+    assert sum("the store answers again" in line for line in logs) == 1

@@ -464,3 +464,18 @@ def test_conflicting_duplicates_are_counted_as_dead_letters_not_duplicates():
         s = svc.stats
         assert (s.received, s.stored, s.duplicates, s.dead) == (14, 5, 3, 6)
         assert (store.dead_letter_messages(), store.dead_letter_count()) == (6, 3)
+
+
+def test_backoff_doubles_up_to_its_cap_with_bounded_jitter():
+    from dpsense.cloud.errors import backoff_delay
+    delays, d = [], 0.0
+    for _ in range(12):
+        d = backoff_delay(d, 0.5, 30.0)
+        delays.append(d)
+    assert 0.5 <= delays[0] <= 0.625
+    assert all(b >= min(30.0, 2 * a) - 1e-9 or b == 30.0 for a, b in zip(delays, delays[1:]))
+    assert max(delays) == 30.0 and delays[-1] == 30.0
+    firsts = {backoff_delay(0.0, 1.0, 10.0) for _ in range(50)}
+    assert len(firsts) > 40 and all(1.0 <= x <= 1.25 for x in firsts)     # jittered, never shorter
+    with pytest.raises(ValueError):
+        backoff_delay(0.0, 0.0, 1.0)
