@@ -198,6 +198,50 @@ def devices(store: AnalystStore) -> list[DeviceRow]:
     return rows
 
 
+@dataclass(frozen=True)
+class Backlog:
+    """A group's readings not in any window yet, and its windows awaiting a verdict."""
+
+    group: str
+    pending: int                      # readings not in any window
+    oldest_pending_at: float | None   # arrival of the oldest of them
+    windows_waiting: int              # closed or held windows without a verdict
+    oldest_waiting_at: float | None   # when the oldest of those closed
+
+
+def backlog(store: AnalystStore) -> list[Backlog]:
+    """Per group, by name: the default group and every group a device was put in, with zeros
+    where nothing waits (so a series exists to alert on), and any other group with a backlog."""
+    pending = store.pending_by_group(0, store.max_row_id())
+    waiting: dict[str, list[float]] = {}
+    for w in store.windows(states=("closed", "held")):
+        waiting.setdefault(w.group, []).append(w.closed_at)
+    groups = set(pending) | set(waiting) | set(store.device_groups().values()) | {DEFAULT_GROUP}
+    return [Backlog(g, pending[g].count if g in pending else 0, pending[g].first_at if g in pending else None,
+                    len(waiting.get(g, [])), min(waiting[g]) if g in waiting else None)
+            for g in sorted(groups)]
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def reason_class(reason: str) -> str:
+    """A dead letter's reason without its particulars: the text before the first ':' or ' (',
+    numbers as N, at most 60 characters ("no key for device 12 (...)" -> "no key for device N"),
+    so that a metric labelled with it has few series whatever the devices and nonces."""
+    head = re.split(r":| \(", reason, maxsplit=1)[0].strip()
+    return _DIGITS.sub("N", head)[:60] or "unknown"
+
+
+def dead_letter_reasons(store: AnalystStore) -> dict[str, int]:
+    """Dead-lettered messages per ``reason_class``."""
+    out: dict[str, int] = {}
+    for reason, n in store.dead_letter_reasons().items():
+        c = reason_class(reason)
+        out[c] = out.get(c, 0) + n
+    return out
+
+
 def metrics(store: AnalystStore) -> Metrics:
     """The counters a dashboard shows; ``gaps`` walks every reading (one grouped query)."""
     c = store.counters()

@@ -101,6 +101,12 @@ class DashboardSource(Protocol):
     def devices(self) -> list[DeviceRow]:
         """Every device with a group, a reading or a status message, by device id."""
 
+    def backlog(self) -> list[results.Backlog]:
+        """Per group: readings not in a window yet, windows awaiting their verdict."""
+
+    def dead_letter_reasons(self) -> dict[str, int]:
+        """Dead-lettered messages per reason class (``results.reason_class``)."""
+
     def events(self, limit: int) -> list[Event]:
         """The analyst's latest status entries (carried windows, held rounds), newest first."""
 
@@ -150,6 +156,14 @@ class StoreSource:
     def devices(self) -> list[DeviceRow]:
         with self._lock:
             return self._cached("devices", lambda: self._read(results.devices))
+
+    def backlog(self) -> list[results.Backlog]:
+        with self._lock:
+            return self._cached("backlog", lambda: self._read(results.backlog))
+
+    def dead_letter_reasons(self) -> dict[str, int]:
+        with self._lock:
+            return self._cached("dead letters", lambda: self._read(results.dead_letter_reasons))
 
     def events(self, limit: int) -> list[Event]:
         if limit < 0:

@@ -53,6 +53,55 @@ class SourceCollector(Collector):
                                       "to the result.",
                                       count_value=s.rounds_completed, sum_value=s.round_seconds_total)
         yield latency
+        yield from self._labelled()
+
+    def _labelled(self) -> Iterator[Metric]:
+        """Per device, group and dead-letter reason: what an operator alerts on (docs/dashboard.md)."""
+        src = self._source
+        dev = [("readings", CounterMetricFamily, "dpsense_device_readings",
+                "Readings stored from the device."),
+               ("candidates", CounterMetricFamily, "dpsense_device_candidates",
+                "Readings of the device in the candidate set of a done window."),
+               ("last_seen", GaugeMetricFamily, "dpsense_device_last_seen_timestamp_seconds",
+                "Arrival (Unix time) of the device's newest stored reading."),
+               ("eps_total", GaugeMetricFamily, "dpsense_device_epsilon_spent",
+                "Epsilon of the device's readings the analyst holds (per boot, readings x the boot's "
+                "epsilon per record)."),
+               ("eps_window", GaugeMetricFamily, "dpsense_device_epsilon_window",
+                "Epsilon the board's ledger spent in its current window, as its latest status said."),
+               ("cap", GaugeMetricFamily, "dpsense_device_epsilon_window_cap",
+                "The board's ledger cap per window, as its latest status said.")]
+        rows = src.devices()
+        for attr, kind, name, doc in dev:
+            family = kind(name, doc, labels=["device", "group"])
+            for r in rows:
+                v = getattr(r, attr)
+                if v is not None:
+                    family.add_metric(["d%d" % r.device_id, r.group], float(v))
+            yield family
+        pending = GaugeMetricFamily("dpsense_group_readings_pending", "Readings not in any window yet.",
+                                    labels=["group"])
+        age = GaugeMetricFamily("dpsense_group_oldest_pending_timestamp_seconds",
+                                "Arrival (Unix time) of the group's oldest reading not in a window.",
+                                labels=["group"])
+        waiting = GaugeMetricFamily("dpsense_group_windows_waiting", "Closed windows of the group awaiting "
+                                    "their verdict (held or not yet run).", labels=["group"])
+        oldest = GaugeMetricFamily("dpsense_group_oldest_waiting_window_timestamp_seconds",
+                                   "When the group's oldest window awaiting its verdict closed (Unix time).",
+                                   labels=["group"])
+        for b in src.backlog():
+            pending.add_metric([b.group], float(b.pending))
+            waiting.add_metric([b.group], float(b.windows_waiting))
+            if b.oldest_pending_at is not None:
+                age.add_metric([b.group], b.oldest_pending_at)
+            if b.oldest_waiting_at is not None:
+                oldest.add_metric([b.group], b.oldest_waiting_at)
+        yield from (pending, age, waiting, oldest)
+        dead = CounterMetricFamily("dpsense_dead_letters_by_reason", "Dead-lettered messages by reason "
+                                   "(numbers in the reason read N).", labels=["reason"])
+        for reason, n in sorted(src.dead_letter_reasons().items()):
+            dead.add_metric([reason], float(n))
+        yield dead
 
 
 def metrics_registry(source: DashboardSource) -> CollectorRegistry:

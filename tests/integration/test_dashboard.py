@@ -245,9 +245,13 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
                        "eps_record_worst", "entropy")
 
             def device_rows() -> list[dict[str, str]] | None:
-                rows = [{c: r.find_element(By.CSS_SELECTOR, "td[data-col=%s]" % c).text for c in columns}
-                        for r in driver.find_elements(By.CSS_SELECTOR, "#devices tbody tr")
-                        if r.find_elements(By.CSS_SELECTOR, "td[data-col=device]")]
+                # One script reads the whole table: the page re-renders it on every refresh, so
+                # element by element a read can straddle two renderings (a stale element).
+                rows: list[dict[str, str]] = driver.execute_script(
+                    "return Array.from(document.querySelectorAll('#devices tbody tr'))"
+                    ".filter(r => r.querySelector('td[data-col=device]'))"
+                    ".map(r => Object.fromEntries(arguments[0].map("
+                    "c => [c, r.querySelector('td[data-col=' + c + ']').innerText])))", list(columns))
                 return rows if len(rows) == DEVICES else None
             rows = _wait("the per-device table to fill", device_rows, 60, logs / "dashboard.log")
             for row, d in zip(rows, devices, strict=True):
