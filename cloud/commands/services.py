@@ -10,6 +10,7 @@ from dpsense.cloud.errors import UsageError
 from dpsense.cloud.commands.common import (
     IngestThread,
     add_common,
+    check_analyst_zone,
     add_password,
     broker_password,
     connection_for,
@@ -189,6 +190,8 @@ def do_ingest(args: argparse.Namespace) -> int:
     stop = stop_on_sigterm()
     if args.retire and args.worker is None:
         raise UsageError("--retire takes a worker out of a shared subscription: give its --worker N")
+    if args.role != "correction":
+        check_analyst_zone(st)
     base = "analyst" + STATUS_SUFFIX if args.role == "status" else args.role + INGEST_SUFFIX
     user = args.user or worker_account(base, args.worker)
     # Workers share the stream in one group per role; the group is named after the role's account.
@@ -204,8 +207,10 @@ def do_ingest(args: argparse.Namespace) -> int:
         svc = status_ingest(conn, store, share=share, batch_size=args.batch_size, retire=args.retire)
     else:
         from dpsense.cloud.correction.sealed import sealed_ingest
+        from dpsense.cloud.correction.sealed import KeyStore
+        KeyStore.for_data_dir(st.cs_dir).check_readable()
         store = open_correction_store(st.correction_db)
-        svc = sealed_ingest(conn, store, st.data_dir, share=share, batch_size=args.batch_size, retire=args.retire)
+        svc = sealed_ingest(conn, store, st.cs_dir, share=share, batch_size=args.batch_size, retire=args.retire)
     print("ingest: %s records from %s:%d into %s" % (args.role, st.broker_host, st.broker_port,
           st.correction_db if args.role == "correction" else st.analyst_db), file=sys.stderr, flush=True)
     try:
@@ -266,9 +271,17 @@ def do_status(args: argparse.Namespace) -> int:
     with open_correction_store(st.correction_db) as c:
         print("correction  %d records, %d dead letters (%d distinct)"
               % (c.count(), c.dead_letter_messages(), c.dead_letter_count()))
+        by_reason = c.dead_letter_reasons()
+        if by_reason:
+            print("  dead letters by reason: %s" % ", ".join("%s: %d" % (r, n) for r, n in by_reason))
         ctokens = c.token_array()
+    from dpsense.cloud.commands.common import misplaced_keys
     from dpsense.cloud.correction.sealed import KeyStore
-    sealed, plain = KeyStore.for_data_dir(st.data_dir).devices()
+    sealed, plain = KeyStore.for_data_dir(st.cs_dir).devices()
+    wrong = misplaced_keys(st)
+    if wrong is not None:
+        print("zones       %s: correction keys in the analyst's data dir; the correction server reads %s"
+              % (wrong, KeyStore.for_data_dir(st.cs_dir).path))
     print("sealing     correction records sealed end to end for %d devices; plaintext (readable by the broker "
           "and a gateway) for %s" % (len(sealed), "devices " + ", ".join(map(str, plain)) if plain else "none"))
     from dpsense.cloud.correction.honest import RoundLedger, ledger_target
@@ -384,6 +397,7 @@ def do_analyst(args: argparse.Namespace) -> int:
     from dpsense.cloud.profile import load_profile
     from dpsense.cloud.storage import open_analyst_store
     st = settings_from(args)
+    check_analyst_zone(st)
     if args.flush_idle is not None and args.window.seconds is not None:
         raise UsageError("--flush-idle applies to count windows; time windows close on the clock")
     if args.exit_when_done and args.flush_idle is None:
@@ -478,7 +492,7 @@ def do_correction(args: argparse.Namespace) -> int:
     # Every mode needs the normal radius (the noise on d_diff towards the analyst is calibrated
     # to it) and the never-worse split the noise scale: only the profile gives them.
     needs_profile = True
-    path = st.data_dir / "profile.json"
+    path = st.cs_dir / "profile.json"
     if noise:
         waiting = ("w_O, the noise scale and the normal radius are not known yet (the never-worse split takes "
                    "them from %s)" % path)
@@ -487,12 +501,15 @@ def do_correction(args: argparse.Namespace) -> int:
     epsilon = parse_epsilon(args.analyst_epsilon)
     policy = RoundPolicy(min_window=args.min_round, min_presumed=args.min_presumed)
     from dpsense.cloud.files import private_dir
-    private_dir(st.data_dir)
-    key = load_key(st.data_dir / "correction-noise.key")
+    private_dir(st.cs_dir)
+    from dpsense.cloud.correction.sealed import KeyStore
+    # Its own folder's key store, readable by this user, before anything is started.
+    KeyStore.for_data_dir(st.cs_dir).check_readable()
+    key = load_key(st.cs_dir / "correction-noise.key")
 
     def params(w_o: float | None = args.w_o) -> CorrectionParams | None:
         # The profile may arrive after the server started: it is read until it exists.
-        prof = load_profile(st.data_dir) if w_o is None or needs_profile else None
+        prof = load_profile(st.cs_dir) if w_o is None or needs_profile else None
         if prof is None and (w_o is None or needs_profile):
             return None
         if w_o is None:
@@ -531,7 +548,7 @@ def do_correction(args: argparse.Namespace) -> int:
         ingest = IngestThread(connection_for(st, worker_account("correction" + INGEST_SUFFIX, args.worker), pw),
                               opener, "correction", stop,
                               share="correction" + INGEST_SUFFIX if args.worker is not None else None,
-                              data_dir=st.data_dir)
+                              data_dir=st.cs_dir)
     try:
         server.run(stop)
     except KeyboardInterrupt:

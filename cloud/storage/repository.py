@@ -223,6 +223,10 @@ class AnalystStore(StreamTables, ABC):
         """Number of messages dead-lettered: the dead letters with their repeats."""
 
     @abstractmethod
+    def dead_letter_reasons(self) -> list[tuple[str, int]]:
+        """Messages dead-lettered per kind of reason (``group_reasons``), the most first."""
+
+    @abstractmethod
     def get_meta(self, key: str) -> str | None:
         """The value stored under ``key``, or None."""
 
@@ -285,6 +289,10 @@ class CorrectionStore(TokenListing, ABC):
         """Number of messages dead-lettered: the dead letters with their repeats."""
 
     @abstractmethod
+    def dead_letter_reasons(self) -> list[tuple[str, int]]:
+        """Messages dead-lettered per kind of reason (``group_reasons``), the most first."""
+
+    @abstractmethod
     def close(self) -> None:
         """Close the connection; further calls fail. Closing twice is harmless."""
 
@@ -330,6 +338,18 @@ def values_matrix(blobs: list[bytes]) -> npt.NDArray[np.int64]:
 
 def unpack_values(blob: bytes) -> tuple[int, ...]:
     return struct.unpack("<%di" % (len(blob) // 4), blob)
+
+
+def group_reasons(rows: list[tuple[Any, ...]]) -> list[tuple[str, int]]:
+    """``(reason, messages)`` rows summed by kind of reason: numbers become N and a parenthesised
+    hint is dropped, so 'no key for device 1 (...)' and '... device 2 (...)' are one kind,
+    'no key for device N'. The most frequent first."""
+    import re
+    out: dict[str, int] = {}
+    for reason, n in rows:
+        kind = re.sub(r"\d+", "N", str(reason).split(" (", 1)[0]).strip()
+        out[kind] = out.get(kind, 0) + int(n)
+    return sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def dead_letter_digest(letter: DeadLetter) -> bytes:
