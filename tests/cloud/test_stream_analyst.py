@@ -324,6 +324,47 @@ def test_a_window_without_any_inlier_is_carried_without_a_round(store: AnalystSt
     assert done.presumed < done.n
 
 
+def test_an_idle_groups_carried_readings_are_carried_once_then_scored_with_its_next_readings(
+        store: AnalystStore) -> None:
+    """The rule of docs/operating.md ("Windows that end"): carried readings are scored with the
+    next window of their group that has new readings; while the group is idle they are never
+    closed again on their own, one interval after another (the issue's windows 8, 9, 10 each
+    carrying the same 459 readings), nor by a restarted analyst."""
+    fleet = Fleet()
+    sparse = _sparse(5, spread(8000.0, 8005.0, 30))
+    fleet.d_diff.update({r.token: 10 for r in sparse})
+    store.add_batch(sparse, [])
+    clock = Clock(8006.0)
+    a, logs = make_analyst(store, Counting(fleet.d_diff), clock, WindowSpec(seconds=5))
+    assert a.poll(store) == 0
+    for k in range(1, 7):               # six idle intervals
+        clock.t = 8006.0 + 5 * k
+        assert a.poll(store) == 0
+    assert [(w.state, w.n) for w in store.windows()] == [("carried", 30)]
+    assert [e.kind for e in store.events()] == ["carried"]
+    again, _ = make_analyst(store, Counting(fleet.d_diff), clock, WindowSpec(seconds=5))
+    clock.t += 20
+    assert again.poll(store) == 0 and len(store.windows()) == 1
+    store.add_batch(fleet.readings(5, spread(8060.0, 8065.0, 40)), [])
+    clock.t = 8066.0
+    assert again.poll(store) == 1
+    done = store.windows()[-1]
+    assert (done.state, done.n, done.start, done.end) == ("done", 70, 8000.0, 8065.0)
+    assert [e.kind for e in store.events()].count("carried") == 1
+
+
+def test_an_idle_groups_small_partial_window_is_reported_once(store: AnalystStore) -> None:
+    fleet = Fleet()
+    store.add_batch(fleet.readings(1, spread(8100.0, 8102.0, 8)), [])
+    clock = Clock(8106.0)
+    a, logs = make_analyst(store, InProcessServer(fleet.d_diff), clock, WindowSpec(seconds=5))
+    for k in range(8):
+        clock.t = 8106.0 + 5 * k
+        assert a.poll(store) == 0
+    assert store.windows() == [] and [e.kind for e in store.events()] == ["carried"]
+    assert sum("carried into the group's next window" in line for line in logs) == 1
+
+
 def test_a_carried_count_window_grows_by_a_window(store: AnalystStore) -> None:
     fleet = Fleet()
     sparse = _sparse(5, spread(9000.0, 9001.0, 40))
