@@ -714,8 +714,12 @@ class Analyst:
                 return 0
             f.backoff = min(self.params.retry_max, max(self.params.retry_min, 2 * f.backoff))
             f.retry_at = self.clock() + f.backoff
-            text = ("window %d (group %s, %d readings) held: %s; retrying in %.0f s (attempt %d)"
-                    % (w.id, w.group, w.n, e, f.backoff, w.attempts + 2))
+            # The rounds actually started (a hold before any round, e.g. without a profile, made none),
+            # as the window's record counts them and the dashboard shows them.
+            now_w = store.window_record(w.id)
+            made = now_w.attempts if now_w is not None else w.attempts
+            text = ("window %d (group %s, %d readings) held after %d round attempt%s: %s; retrying in %.0f s"
+                    % (w.id, w.group, w.n, made, "" if made == 1 else "s", e, f.backoff))
             self.log("analyst: " + text)
             store.hold_window(w.id, str(e), self.clock(), text)
             return 0

@@ -16,6 +16,16 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+try:
+    import dpsense  # noqa: F401 - the installed project, which a bare `python3` from a checkout lacks
+except ModuleNotFoundError:
+    if __name__ == "__main__":
+        print("flash: the dpsense package is not installed for %s: activate the project's environment "
+              "(. .venv/bin/activate; `make setup` creates it) or run .venv/bin/python tools/flash.py"
+              % sys.executable, file=sys.stderr)
+        sys.exit(2)
+    raise
+
 from dpsense.tools.deploy import (
     BOARDS,
     GENERIC_SERIAL,

@@ -88,6 +88,19 @@ def check_analyst_zone(st: "Settings") -> None:
                          "this copy" % (where, st.cs_dir, st.cs_dir))
 
 
+def existing_analyst_db(st: "Settings") -> str:
+    """The analyst's database URL for a command that only reads it (results, status): an SQLite
+    file that is not there means a wrong folder, said in one line, never an empty new database."""
+    import os
+
+    from dpsense.cloud.storage import sqlite_file
+    path = sqlite_file(st.analyst_db)
+    if path is not None and not os.path.exists(path):
+        raise UsageError("no analyst database at %s: give the analyst's folder (--data-dir) or --analyst-db; "
+                         "`dpsense analyst` creates it" % path)
+    return st.analyst_db
+
+
 def broker_password(args: argparse.Namespace, account: str) -> str:
     """The service's broker password: ``--password-file`` (0600) or DPSENSE_BROKER_PASSWORD.
     The broker keeps no copy in clear (cloud/broker.py), so there is no other place to look."""
@@ -101,8 +114,21 @@ def broker_password(args: argparse.Namespace, account: str) -> str:
     if pw:
         return pw
     raise UsageError("no broker password for account %s: give --password-file PATH (written by "
-                     "`dpsense broker add-account %s --password-file PATH`) or set "
-                     "DPSENSE_BROKER_PASSWORD" % (account, account))
+                     "`%s`) or set DPSENSE_BROKER_PASSWORD" % (account, account_command(account)))
+
+
+def account_command(account: str) -> str:
+    """The command that makes ``account`` and writes its password: a device's d<N> is made by
+    add-device, a service's own connections (NAME-ingest, NAME-status, workers NAME-N) by
+    add-account of their role."""
+    import re
+    m = re.fullmatch(r"d([0-9]+)", account)
+    if m:
+        return "dpsense broker add-device %s --password-file PATH" % m.group(1)
+    m = re.fullmatch(r"(.+?)(?:-ingest|-status)?(?:-([0-9]+))?", account)
+    name, worker = (m.group(1), m.group(2)) if m else (account, None)
+    return "dpsense broker add-account %s%s --password-file PATH" % (
+        name, " --workers %s" % worker if worker else "")
 
 
 def check_transport(st: "Settings") -> None:

@@ -235,8 +235,9 @@ def do_status(args: argparse.Namespace) -> int:
 
     from dpsense.cloud.results import iso_time
     from dpsense.cloud.storage import open_analyst_store, open_correction_store
+    from dpsense.cloud.commands.common import existing_analyst_db, misplaced_keys
     st = settings_from(args)
-    with open_analyst_store(st.analyst_db) as a:
+    with open_analyst_store(existing_analyst_db(st)) as a:
         gaps = a.gaps()
         print("analyst     %d readings, %d dead letters (%d distinct), %d device boots, %d missing sequence "
               "numbers" % (a.count(), a.dead_letter_messages(), a.dead_letter_count(), len(gaps),
@@ -268,14 +269,23 @@ def do_status(args: argparse.Namespace) -> int:
         for e in a.events(args.events):
             print("  %s %-9s %s" % (iso_time(e.at), e.kind, e.text))
         devices, wins, tokens = a.reading_tokens()
-    with open_correction_store(st.correction_db) as c:
-        print("correction  %d records, %d dead letters (%d distinct)"
-              % (c.count(), c.dead_letter_messages(), c.dead_letter_count()))
-        by_reason = c.dead_letter_reasons()
-        if by_reason:
-            print("  dead letters by reason: %s" % ", ".join("%s: %d" % (r, n) for r, n in by_reason))
-        ctokens = c.token_array()
-    from dpsense.cloud.commands.common import misplaced_keys
+    import os
+
+    from dpsense.cloud.storage import sqlite_file
+    cfile = sqlite_file(st.correction_db)
+    have_cs = cfile is None or os.path.exists(cfile)
+    ctokens = np.zeros(0, dtype=tokens.dtype)
+    if have_cs:
+        with open_correction_store(st.correction_db) as c:
+            print("correction  %d records, %d dead letters (%d distinct)"
+                  % (c.count(), c.dead_letter_messages(), c.dead_letter_count()))
+            by_reason = c.dead_letter_reasons()
+            if by_reason:
+                print("  dead letters by reason: %s" % ", ".join("%s: %d" % (r, n) for r, n in by_reason))
+            ctokens = c.token_array()
+    else:
+        print("correction  no database at %s: the correction server has not run with this folder "
+              "(its folder: --correction-data-dir)" % cfile)
     from dpsense.cloud.correction.sealed import KeyStore
     sealed, plain = KeyStore.for_data_dir(st.cs_dir).devices()
     wrong = misplaced_keys(st)
@@ -284,17 +294,18 @@ def do_status(args: argparse.Namespace) -> int:
               % (wrong, KeyStore.for_data_dir(st.cs_dir).path))
     print("sealing     correction records sealed end to end for %d devices; plaintext (readable by the broker "
           "and a gateway) for %s" % (len(sealed), "devices " + ", ".join(map(str, plain)) if plain else "none"))
-    from dpsense.cloud.correction.honest import RoundLedger, ledger_target
-    # The round ledger lives in the correction database (shared by every correction-server worker).
-    led = RoundLedger(ledger_target(st.correction_db))
-    try:
-        rc = led.counts()
-    finally:
-        led.close()
-    refused = {k: v for k, v in rc.items() if k not in ("answered", "retries")}
-    print("rounds      %d windows answered (%d retries), %d refused%s"
-          % (rc["answered"], rc["retries"], sum(refused.values()),
-             " (%s)" % ", ".join("%s %d" % kv for kv in sorted(refused.items())) if refused else ""))
+    if have_cs:
+        from dpsense.cloud.correction.honest import RoundLedger, ledger_target
+        # The round ledger lives in the correction database (shared by every correction-server worker).
+        led = RoundLedger(ledger_target(st.correction_db))
+        try:
+            rc = led.counts()
+        finally:
+            led.close()
+        refused = {k: v for k, v in rc.items() if k not in ("answered", "retries")}
+        print("rounds      %d windows answered (%d retries), %d refused%s"
+              % (rc["answered"], rc["retries"], sum(refused.values()),
+                 " (%s)" % ", ".join("%s %d" % kv for kv in sorted(refused.items())) if refused else ""))
     only_a = np.setdiff1d(tokens, ctokens).size
     only_c = np.setdiff1d(ctokens, tokens).size
     print("matching    %d readings without a correction record, %d correction records without a reading"

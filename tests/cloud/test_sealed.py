@@ -220,6 +220,8 @@ def test_status_names_the_plaintext_devices(tmp_path):
     ks.add_device(1)
     ks.add_device(2)
     ks.set_plaintext(10)
+    from dpsense.cloud.storage import open_analyst_store
+    open_analyst_store("sqlite:///%s" % (tmp_path / "analyst.db")).close()     # status never creates it
     r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "status", "--data-dir", str(tmp_path)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

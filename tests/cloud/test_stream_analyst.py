@@ -206,6 +206,26 @@ def test_a_failed_round_holds_the_window_and_stores_nothing_until_it_completes(s
     assert store.counters()["rounds_failed"] == 2
 
 
+def test_a_held_windows_event_names_the_round_attempts_its_record_counts(store: AnalystStore) -> None:
+    """Held before any round (no profile yet): 0 attempts, in the record, the event and the log
+    alike (it said "attempt 2" while the dashboard said "held after 0 attempts")."""
+    fleet = Fleet()
+    store.add_batch(fleet.readings(1, spread(4100.0, 4105.0, 50)), [])
+    clock = Clock(4106.0)
+    server = InProcessServer(fleet.d_diff)
+    a, logs = make_analyst(store, server, clock, WindowSpec(seconds=5), centre_q=None)
+    assert a.poll(store) == 0
+    (w,) = store.windows()
+    (event,) = [e for e in store.events() if e.kind == "held"]
+    assert (w.state, w.attempts) == ("held", 0)
+    assert "held after 0 round attempts:" in event.text and "held after 0 round attempts:" in logs[-1], event.text
+    server.down = True
+    b, logs = make_analyst(store, server, clock, WindowSpec(seconds=5))
+    assert b.poll(store) == 0
+    assert store.windows()[0].attempts == 1
+    assert "held after 1 round attempt:" in store.events()[0].text, store.events()[0].text
+
+
 def test_missing_correction_records_hold_the_window_up_to_max_hold(store: AnalystStore) -> None:
     fleet = Fleet()
     batch = fleet.readings(1, spread(5000.0, 5005.0, 50))
