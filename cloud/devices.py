@@ -18,6 +18,7 @@ shows the latest.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 from dpsense.cloud import topics
 from dpsense.cloud.ingest.service import Connection, IngestService, shared_filter
 from dpsense.cloud.storage import AnalystStore, DeadLetter, DeviceStatus
+from dpsense.cloud.storage.repository import DEAD_LETTER_PREFIX
 from dpsense.cloud.storage.stream import DEFAULT_GROUP
 
 __all__ = ["DEFAULT_GROUP", "StatusSink", "check_group", "classify_status", "status_ingest"]
@@ -48,8 +50,9 @@ def classify_status(topic: str, payload: bytes, received_at: float) -> DeviceSta
     if device is None:
         return DeadLetter(topic, payload, "not a device status topic", received_at)
     if len(payload) > MAX_STATUS_BYTES:
-        return DeadLetter(topic, payload[:MAX_STATUS_BYTES], "status message over %d bytes" % MAX_STATUS_BYTES,
-                          received_at)
+        # The store keeps a prefix; the size and SHA-256 are the whole payload's.
+        return DeadLetter(topic, payload[:DEAD_LETTER_PREFIX], "status message over %d bytes" % MAX_STATUS_BYTES,
+                          received_at, size=len(payload), sha256=hashlib.sha256(payload).digest())
     try:
         doc = json.loads(payload)
     except (ValueError, UnicodeDecodeError) as e:

@@ -375,7 +375,7 @@ class SealedIngest:
                     keys = newer
                     device_id, boot_id, seq, nonce, token, d_diff = open_record(keys, payload, self._mac(keys))
                 self.guard.check(device_id, nonce, payload, keys.key_id)
-                return Correction(token, d_diff, received_at, device_id, boot_id, seq)
+                return Correction(token, d_diff, received_at, device_id, boot_id, seq, topic, payload)
             if kind == wire.KIND_CORRECTION:
                 try:
                     device_id, boot_id, seq, token, d_diff = wire.decode_correction(payload)
@@ -384,7 +384,7 @@ class SealedIngest:
                 if not self.keys.is_plaintext(device_id):
                     return dead("plain correction record from device %d, which is not configured plaintext: "
                                 "refused (no downgrade)" % device_id)
-                return Correction(token, d_diff, received_at, device_id, boot_id, seq)
+                return Correction(token, d_diff, received_at, device_id, boot_id, seq, topic, payload)
             return dead("kind %d message on the corrections topic" % kind)
         except SealedError as e:
             return dead(str(e))

@@ -90,6 +90,10 @@ class Correction:
     device_id: int = field(default=0, compare=False)
     boot_id: int = field(default=0, compare=False)
     seq: int = field(default=0, compare=False)
+    # The message as received (its topic and bytes), for the dead letter of a conflict; a
+    # correction read back from a store has neither.
+    topic: str = field(default="", compare=False, repr=False)
+    payload: bytes = field(default=b"", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.token) != wire.TOKEN_SIZE:
@@ -391,12 +395,15 @@ def reading_conflict(reading: Reading) -> DeadLetter:
 
 
 def correction_conflict(correction: Correction) -> DeadLetter:
-    """The dead letter for a correction whose token is stored with a different d_diff.
+    """The dead letter for a correction whose token is stored with a different d_diff: the
+    message as it arrived (a sealed record stays sealed), when the ingest kept it.
 
-    A ``Correction`` carries no topic, so the dead letter's topic is empty. Packed with the
-    layout directly: a correction read back from a store has no header (device 0).
+    Otherwise (a ``Correction`` made without its message) the topic is empty and the payload
+    is packed with the plain layout: a correction read back from a store has no header (device 0).
     """
     c = correction
+    if c.payload:
+        return DeadLetter(c.topic, c.payload, CONFLICTING_DUPLICATE, correction.received_at)
     payload = struct.pack(wire.CORRECTION, wire.VERSION, wire.KIND_CORRECTION, 0, c.device_id, c.boot_id,
                           c.seq, bytes(c.token), c.d_diff)
     return DeadLetter("", payload, CONFLICTING_DUPLICATE, correction.received_at)

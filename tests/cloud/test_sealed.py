@@ -293,3 +293,19 @@ def test_the_sealed_ingest_acknowledges_committed_records_by_their_header_and_ne
         assert svc.process([_Msg(CORRECTIONS, good[1], 0, 0, 1, 2.0)])   # a resend: acknowledged again
         assert [wire.decode_ack(p)[1:] for _, p in sent] == [(7, 4, [(1, 1)])]
         svc.store._guard.close()
+
+
+def test_a_sealed_conflicts_dead_letter_keeps_the_record_as_received(tmp_path):
+    """docs/protocol.md section 10: the dead letter of a conflicting duplicate keeps the payload
+    that arrived (here the sealed bytes), not a plain record rebuilt from its fields."""
+    from dpsense.cloud.storage import open_correction_store
+    from dpsense.cloud.storage.repository import CONFLICTING_DUPLICATE
+    ing = SealedIngest(_store(tmp_path), ReplayGuard())
+    s = sealer()
+    first = s.seal(7, 1, 0, 1, vectors.TOKEN, -1234)
+    other = s.seal(7, 1, 1, 2, vectors.TOKEN, 55)             # the same token with another d_diff
+    with open_correction_store("sqlite://") as cs:
+        assert cs.add_batch([classify(ing, first)], []) == 1
+        assert cs.add_batch([classify(ing, other)], []) == 0
+        (letter,) = cs.dead_letters()
+    assert (letter.topic, letter.reason, letter.payload) == (CORRECTIONS, CONFLICTING_DUPLICATE, other)
