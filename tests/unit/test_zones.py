@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +17,6 @@ from dpsense.cloud.correction.sealed import KeyStore, provision_keys
 from dpsense.cloud.storage import open_analyst_store, open_correction_store
 from dpsense.cloud.storage.repository import DeadLetter, group_reasons
 
-ROOT = Path(__file__).resolve().parents[2]
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another user needs root")
 
 
@@ -83,6 +80,20 @@ def test_the_correction_server_makes_an_empty_key_store_in_a_new_folder(tmp_path
     assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
 
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_a_key_store_this_user_cannot_read_stops_the_correction_server_at_start(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DPSENSE_BROKER_PASSWORD", "x")
+    store = KeyStore.for_data_dir(tmp_path)
+    store.add_device(1)
+    store.path.chmod(0)
+    try:
+        assert cli.main(["correction-server", "--data-dir", str(tmp_path), "--w-o", "5"]) == 2
+    finally:
+        store.path.chmod(0o600)
+    err = _one_line(capsys)
+    assert str(store.path) in err and "cannot read it" in err
+
+
 @as_root
 def test_keys_written_by_root_go_to_the_correction_folders_owner_0600_in_0700(tmp_path):
     cs = tmp_path / "cs"
@@ -96,23 +107,39 @@ def test_keys_written_by_root_go_to_the_correction_folders_owner_0600_in_0700(tm
 
 
 @as_root
-def test_a_key_store_root_kept_stops_the_correction_servers_user_at_start(tmp_path):
+def test_a_key_store_root_kept_is_refused_for_the_correction_servers_user():
     """What the issue found: provisioning as root left a root-owned 0600 key store that the
-    correction server's user cannot read. Now it says so at start, one line, rc 2."""
+    correction server's user cannot read. Checked as that user (a child process that drops to
+    nobody), the start-up check names the file and the way out."""
+    import shutil
+    import tempfile
     nobody = pwd.getpwnam("nobody")
-    cs = tmp_path / "cs"
+    top = Path(tempfile.mkdtemp(prefix="dpsense-zones-", dir="/tmp"))   # pytest's own tmp is root's 0700
+    os.chmod(top, 0o755)
+    cs = top / "cs"
     KeyStore(cs / "correction-keys").add_device(1)           # root's own, as before the fix
-    os.chown(tmp_path, nobody.pw_uid, nobody.pw_gid)
-    os.chown(cs, nobody.pw_uid, nobody.pw_gid)
-    os.chown(cs / "correction-keys", nobody.pw_uid, nobody.pw_gid)
-    if subprocess.run(["runuser", "-u", "nobody", "--", sys.executable, "-c", "pass"]).returncode != 0:
-        pytest.skip("user nobody cannot run this checkout's Python")
-    r = subprocess.run(["runuser", "-u", "nobody", "--", "env", "PYTHONPATH=%s" % ROOT, "DPSENSE_BROKER_PASSWORD=x",
-                        sys.executable, "-m", "dpsense.cloud.cli", "correction-server", "--data-dir", str(cs),
-                        "--w-o", "5"], capture_output=True, text=True, timeout=60, cwd="/")
-    assert r.returncode == 2, r.stderr
-    assert r.stderr.count("\n") == 1 and str(cs / "correction-keys" / "keys.json") in r.stderr, r.stderr
-    assert "--owner" in r.stderr
+    for p in (cs, cs / "correction-keys"):
+        os.chown(p, nobody.pw_uid, nobody.pw_gid)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                        # the child: the correction server's user
+        try:
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            KeyStore.for_data_dir(cs).check_readable()
+            os.write(w, b"ok")
+        except BaseException as e:      # noqa: BLE001 - reported to the parent
+            os.write(w, ("%s: %s" % (type(e).__name__, e)).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    with os.fdopen(r, "rb") as f:
+        said = f.read().decode()
+    shutil.rmtree(top)
+    path = cs / "correction-keys" / "keys.json"
+    assert said.startswith("UsageError: key store %s: cannot read it" % path), said
+    assert "it belongs to uid 0" in said and "--owner USER" in said
 
 
 def test_status_counts_the_correction_servers_dead_letters_by_reason(tmp_path, capsys):
@@ -159,3 +186,30 @@ def test_device_accounts_made_by_root_stay_readable_by_the_brokers_user(tmp_path
     for name in ("passwd", "acl", "accounts.json"):
         assert (b.dir / name).stat().st_uid == nobody.pw_uid, name
     assert b.dir.stat().st_uid == nobody.pw_uid
+
+
+@as_root
+def test_flash_provision_as_root_gives_the_key_store_to_owner(tmp_path, capsys):
+    """`tools/flash.py provision --owner USER` (the README's systemd layout): the correction
+    server's user can read its keys, the analyst's folder gets none."""
+    import shutil
+    if shutil.which("mosquitto_passwd") is None:
+        pytest.skip("Debian package 'mosquitto' is not installed")
+    from dpsense.tools import flash
+    from dpsense.tools import provision as pv
+    conf = tmp_path / "unix.json"
+    conf.write_text(json.dumps(dict(pv.DEMO_CONFIG, stimulus="readings.txt")))
+    a, cs = tmp_path / "a", tmp_path / "cs"
+    nobody = pwd.getpwnam("nobody")
+    rc = flash.main(["provision", "--board", "unix", "--port", str(tmp_path / "board"), "--device-id", "7",
+                     "--config-json", str(conf), "--data-dir", str(a), "--correction-data-dir", str(cs),
+                     "--owner", "nobody"])
+    assert rc == 0, capsys.readouterr()
+    keys = cs / "correction-keys" / "keys.json"
+    for p, mode in ((keys.parent, 0o700), (keys, 0o600)):
+        st = p.stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (nobody.pw_uid, mode), p
+    assert not (a / "correction-keys").exists()
+    with pytest.raises(SystemExit, match="--owner no-such-user-x: no such user"):
+        flash.main(["provision", "--board", "unix", "--port", str(tmp_path / "board"), "--device-id", "7",
+                    "--config-json", str(conf), "--data-dir", str(a), "--owner", "no-such-user-x"])
