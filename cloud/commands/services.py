@@ -10,9 +10,9 @@ from dpsense.cloud.errors import UsageError
 from dpsense.cloud.commands.common import (
     IngestThread,
     add_common,
-    check_analyst_zone,
     add_password,
     broker_password,
+    check_analyst_zone,
     connection_for,
     count,
     device_id,
@@ -206,8 +206,7 @@ def do_ingest(args: argparse.Namespace) -> int:
         store = open_analyst_store(st.analyst_db)
         svc = status_ingest(conn, store, share=share, batch_size=args.batch_size, retire=args.retire)
     else:
-        from dpsense.cloud.correction.sealed import sealed_ingest
-        from dpsense.cloud.correction.sealed import KeyStore
+        from dpsense.cloud.correction.sealed import KeyStore, sealed_ingest
         KeyStore.for_data_dir(st.cs_dir).check_readable()
         store = open_correction_store(st.correction_db)
         svc = sealed_ingest(conn, store, st.cs_dir, share=share, batch_size=args.batch_size, retire=args.retire)
