@@ -8,7 +8,9 @@ Windows are cut per device group (cloud/windows.py): tumbling windows of arrival
 of ``window.count`` readings in arrival order. A window below ``params.floor`` readings is never
 scored: its readings stay pending and join the group's next window, and a log line and a status
 entry say so. A window in which the detector finds no inlier at all (too sparse for its
-parameters) is carried the same way, without a round. Closing a window fixes its members in the store; its correction round then runs
+parameters) is carried the same way, without a round. Carried readings are scored with the
+group's next window that has new readings; an idle group's are never closed again on their own
+(docs/operating.md, "Windows that end"). Closing a window fixes its members in the store; its correction round then runs
 until it completes: a round that fails (no answer, an error from the correction server,
 correction records still missing) leaves the window held, with a log line and a status entry,
 and is retried with a growing delay. Only a completed round stores the window's verdicts.
@@ -601,6 +603,13 @@ class Analyst:
             if self._mine(g):
                 f.pending[g] = p.count
                 f.arrived[g] = now
+                # A group whose last window was carried waits for new readings, as before a restart.
+                last = store.windows(group=g, limit=1)
+                if last and last[0].state == "carried":
+                    if last[0].kind == "time":
+                        f.carried_end[g] = last[0].end
+                    else:
+                        f.carried_n[g] = last[0].n
         for w in store.windows(states=("closed", "held")):
             if self._mine(w.group):
                 f.waiting.append(w.id)
@@ -682,8 +691,14 @@ class Analyst:
             t = store.first_pending_at(g, f.seen, 0.0)
             while t is not None:
                 end = spec.interval_end(t)
-                if end <= f.carried_end.get(g, float("-inf")):
-                    end = spec.interval_end(f.carried_end[g])
+                carried = f.carried_end.get(g)
+                if carried is not None and end <= carried:
+                    # Carried readings are scored with the group's next window that has new
+                    # readings: an idle group's are never closed again on their own.
+                    fresh = store.first_pending_at(g, f.seen, carried)
+                    if fresh is None:
+                        break
+                    end = spec.interval_end(fresh)
                 if end > boundary:
                     break
                 p = store.pending_in_group(g, f.seen, end)
@@ -745,8 +760,12 @@ class Analyst:
             g = w.group
             f.backoff[g] = min(self.params.retry_max, max(self.params.retry_min, 2 * f.backoff.get(g, 0.0)))
             f.retry_at[g] = self.clock() + f.backoff[g]
-            text = ("window %d (group %s, %d readings) held: %s; retrying in %.0f s (attempt %d)"
-                    % (w.id, g, w.n, e, f.backoff[g], w.attempts + 2))
+            # The rounds actually started (a hold before any round, e.g. without a profile, made none),
+            # as the window's record counts them and the dashboard shows them.
+            now_w = store.window_record(w.id)
+            made = now_w.attempts if now_w is not None else w.attempts
+            text = ("window %d (group %s, %d readings) held after %d round attempt%s: %s; retrying in %.0f s"
+                    % (w.id, g, w.n, made, "" if made == 1 else "s", e, f.backoff[g]))
             self.log("analyst: " + text)
             store.hold_window(w.id, str(e), self.clock(), text)
             return 0

@@ -73,7 +73,7 @@ from typing import TYPE_CHECKING, Iterator
 from dpsense.cloud import topics
 from dpsense.cloud.correction.chunks import MAX_PACKET
 from dpsense.cloud.errors import BrokerError, UsageError
-from dpsense.cloud.files import make_private, private_dir, write_private
+from dpsense.cloud.files import folder_owner, make_private, private_dir, write_private
 
 if TYPE_CHECKING:
     from dpsense.cloud.tls import ServerFiles
@@ -330,7 +330,18 @@ class Broker:
         accounts.update(roles)
         write_private(self.dir / "accounts.json", json.dumps(accounts, indent=1, sort_keys=True))
         self._prepare()
+        self._give_to_folder_owner()
         self.reload()
+
+    def _give_to_folder_owner(self) -> None:
+        """Accounts made by root (provisioning a board) in the broker user's data dir stay
+        readable by the broker's user: its files get the data dir's owner."""
+        owner = folder_owner(self.data_dir)
+        if owner is None:
+            return
+        for p in (self.dir, self.dir / "db", self.dir / "passwd", self.dir / "acl", self.dir / "accounts.json"):
+            if p.exists():
+                os.chown(p, *owner)
 
     # -- process -------------------------------------------------------------------
     def start(self, timeout: float = 10.0) -> None:

@@ -18,6 +18,7 @@ shows the latest.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -25,7 +26,9 @@ from typing import Any
 from dpsense.cloud import topics
 from dpsense.cloud.ingest.service import Connection, IngestService, shared_filter
 from dpsense.cloud.storage import AnalystStore, DeadLetter, DeviceStatus
+from dpsense.cloud.storage.repository import DEAD_LETTER_PREFIX
 from dpsense.cloud.storage.stream import DEFAULT_GROUP
+from dpsense.protocol import wire
 
 __all__ = ["DEFAULT_GROUP", "StatusSink", "check_group", "classify_status", "status_ingest"]
 
@@ -48,8 +51,12 @@ def classify_status(topic: str, payload: bytes, received_at: float) -> DeviceSta
     if device is None:
         return DeadLetter(topic, payload, "not a device status topic", received_at)
     if len(payload) > MAX_STATUS_BYTES:
-        return DeadLetter(topic, payload[:MAX_STATUS_BYTES], "status message over %d bytes" % MAX_STATUS_BYTES,
-                          received_at)
+        # The store keeps a prefix; the size and SHA-256 are the whole payload's.
+        return DeadLetter(topic, payload[:DEAD_LETTER_PREFIX], "status message over %d bytes" % MAX_STATUS_BYTES,
+                          received_at, size=len(payload), sha256=hashlib.sha256(payload).digest())
+    if len(payload) >= 2 and payload[0] == wire.VERSION:
+        # A protocol record (docs/protocol.md 1.3) where JSON belongs: say which, as the other topics do.
+        return DeadLetter(topic, payload, "kind %d message on a status topic" % payload[1], received_at)
     try:
         doc = json.loads(payload)
     except (ValueError, UnicodeDecodeError) as e:

@@ -51,6 +51,19 @@ def make_private(path: Path | str) -> None:
         os.chmod(p, FILE_MODE)
 
 
+def folder_owner(folder: Path | str) -> tuple[int, int] | None:
+    """``(uid, gid)`` to give what root writes into another user's folder, so that the service
+    owning the folder can read it (a 0600 file of root's it could not); None when this process
+    is not root, or the folder is root's or does not exist yet."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    return (st.st_uid, st.st_gid) if st.st_uid != 0 else None
+
+
 def read_secret(path: Path | str) -> str:
     """The first line of a secret file, which only its owner may read (0600 or 0400)."""
     p = Path(path)

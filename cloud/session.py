@@ -28,6 +28,14 @@ if TYPE_CHECKING:
     from dpsense.cloud.mqttio import NetworkLoop
 
 
+def tls_hint(tls_ca: str | None) -> str:
+    """What to do when a plain client meets a broker that says nothing: it may speak TLS."""
+    if tls_ca:
+        return ""
+    return ("; if it speaks MQTT over TLS (`dpsense broker run --tls`, usually port 8883), give --tls-ca "
+            "with its CA certificate (e.g. dpsense-data/broker/tls/ca.pem)")
+
+
 class Session:
     """Connection state one service's paho callbacks share with its own thread."""
 
@@ -37,6 +45,7 @@ class Session:
         self.log = log
         self.up = threading.Event()
         self._refused: str | None = None
+        self._closed = False            # the broker closed the connection before answering
         self._started = False
 
     @property
@@ -59,6 +68,8 @@ class Session:
 
     def lost(self, reason: Any) -> None:
         """For ``on_disconnect``; the service's own disconnect (not a failure) is not news."""
+        if not self._started and not self.up.is_set() and reason.is_failure:
+            self._closed = True
         if self._started and self.up.is_set() and reason.is_failure:
             self.log("%s: lost the connection to the broker at %s (%s); reconnecting"
                      % (self.who, self.where, reason))
@@ -82,6 +93,7 @@ class Session:
         while not self.up.wait(0.05):
             if self._refused is None and time.monotonic() < deadline:
                 continue
+            closed = self._closed           # before our own disconnect below
             if loop is None:
                 client.disconnect()         # also ends paho's reconnect attempts
                 client.loop_stop()
@@ -90,5 +102,9 @@ class Session:
             if self._refused is not None:
                 raise BrokerUnreachable("the broker at %s refused account %s: %s"
                                         % (self.where, c.username, self._refused))
-            raise BrokerUnreachable("no answer from the broker at %s within %.0f s" % (self.where, timeout))
+            if closed:
+                raise BrokerUnreachable("the broker at %s closed the connection without answering (%.0f s)%s"
+                                        % (self.where, timeout, tls_hint(c.tls_ca)))
+            raise BrokerUnreachable("no answer from the broker at %s within %.0f s%s"
+                                    % (self.where, timeout, tls_hint(c.tls_ca)))
         self._started = True

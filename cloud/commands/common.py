@@ -38,7 +38,12 @@ def add_common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--broker-port", type=port, help="broker port (default 1883)")
     g.add_argument("--analyst-db", help="analyst storage URL: sqlite:///file.db or postgresql://... "
                                         "(default sqlite in the data dir)")
-    g.add_argument("--correction-db", help="correction-server storage URL (never the analyst's)")
+    g.add_argument("--correction-db", help="correction-server storage URL (never the analyst's; default sqlite "
+                                           "in the correction data dir)")
+    g.add_argument("--correction-data-dir", metavar="DIR",
+                   help="the correction server's folder: its key store, database and profile, a trust zone of "
+                        "its own (default: --data-dir; env DPSENSE_CORRECTION_DIR). With another folder than "
+                        "--data-dir, the data dir must hold no correction keys (docs/operating.md)")
     g.add_argument("--tls-ca", help="speak MQTT over TLS and check the broker's certificate against "
                                     "this CA (PEM, e.g. dpsense-data/broker/tls/ca.pem; env "
                                     "DPSENSE_TLS_CA); required for a broker off loopback")
@@ -57,7 +62,43 @@ def settings_from(args: argparse.Namespace) -> "Settings":
     from dpsense.cloud.config import Settings
     return Settings.resolve(data_dir=args.data_dir, broker_host=args.broker_host,
                             broker_port=args.broker_port, analyst_db=args.analyst_db,
-                            correction_db=args.correction_db, tls_ca=getattr(args, "tls_ca", None))
+                            correction_db=args.correction_db, tls_ca=getattr(args, "tls_ca", None),
+                            correction_dir=getattr(args, "correction_data_dir", None))
+
+
+def misplaced_keys(st: "Settings") -> "Path | None":
+    """The correction server's key store (or its folder) in the analyst's data dir when the
+    correction server has a folder of its own: None if there is none."""
+    from pathlib import Path
+
+    from dpsense.cloud.correction.sealed import KEY_DIR, KEY_FILE
+    if not st.two_zones:
+        return None
+    folder = Path(st.data_dir) / KEY_DIR
+    return folder / KEY_FILE if (folder / KEY_FILE).exists() else folder if folder.exists() else None
+
+
+def check_analyst_zone(st: "Settings") -> None:
+    """Two trust zones: the analyst's side refuses a data dir holding correction keys (they let
+    whoever reads the folder open every correction record), naming the file."""
+    where = misplaced_keys(st)
+    if where is not None:
+        raise UsageError("%s: correction keys in the analyst's data dir, which must hold none; they belong in "
+                         "the correction data dir %s (provision with --correction-data-dir %s), then remove "
+                         "this copy" % (where, st.cs_dir, st.cs_dir))
+
+
+def existing_analyst_db(st: "Settings") -> str:
+    """The analyst's database URL for a command that only reads it (results, status): an SQLite
+    file that is not there means a wrong folder, said in one line, never an empty new database."""
+    import os
+
+    from dpsense.cloud.storage import sqlite_file
+    path = sqlite_file(st.analyst_db)
+    if path is not None and not os.path.exists(path):
+        raise UsageError("no analyst database at %s: give the analyst's folder (--data-dir) or --analyst-db; "
+                         "`dpsense analyst` creates it" % path)
+    return st.analyst_db
 
 
 def broker_password(args: argparse.Namespace, account: str) -> str:
@@ -73,8 +114,21 @@ def broker_password(args: argparse.Namespace, account: str) -> str:
     if pw:
         return pw
     raise UsageError("no broker password for account %s: give --password-file PATH (written by "
-                     "`dpsense broker add-account %s --password-file PATH`) or set "
-                     "DPSENSE_BROKER_PASSWORD" % (account, account))
+                     "`%s`) or set DPSENSE_BROKER_PASSWORD" % (account, account_command(account)))
+
+
+def account_command(account: str) -> str:
+    """The command that makes ``account`` and writes its password: a device's d<N> is made by
+    add-device, a service's own connections (NAME-ingest, NAME-status, workers NAME-N) by
+    add-account of their role."""
+    import re
+    m = re.fullmatch(r"d([0-9]+)", account)
+    if m:
+        return "dpsense broker add-device %s --password-file PATH" % m.group(1)
+    m = re.fullmatch(r"(.+?)(?:-ingest|-status)?(?:-([0-9]+))?", account)
+    name, worker = (m.group(1), m.group(2)) if m else (account, None)
+    return "dpsense broker add-account %s%s --password-file PATH" % (
+        name, " --workers %s" % worker if worker else "")
 
 
 def check_transport(st: "Settings") -> None:

@@ -126,7 +126,8 @@ def do_results(args: argparse.Namespace) -> int:
             since = results.parse_since(args.since)
         except ValueError as e:
             raise UsageError("--since: %s" % e) from None
-    with open_analyst_store(st.analyst_db) as store:
+    from dpsense.cloud.commands.common import existing_analyst_db
+    with open_analyst_store(existing_analyst_db(st)) as store:
         rows, columns = _query(store, args, since)
     # A reader that stops early (head, a pager) is handled once, by cloud/cli.py.
     write_rows(rows, columns, args.format)

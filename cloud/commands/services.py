@@ -12,6 +12,7 @@ from dpsense.cloud.commands.common import (
     add_common,
     add_password,
     broker_password,
+    check_analyst_zone,
     connection_for,
     count,
     device_id,
@@ -190,6 +191,8 @@ def do_ingest(args: argparse.Namespace) -> int:
     stop = stop_on_sigterm()
     if args.retire and args.worker is None:
         raise UsageError("--retire takes a worker out of a shared subscription: give its --worker N")
+    if args.role != "correction":
+        check_analyst_zone(st)
     base = "analyst" + STATUS_SUFFIX if args.role == "status" else args.role + INGEST_SUFFIX
     user = args.user or worker_account(base, args.worker)
     # Workers share the stream in one group per role; the group is named after the role's account.
@@ -204,9 +207,10 @@ def do_ingest(args: argparse.Namespace) -> int:
         store = open_analyst_store(st.analyst_db)
         svc = status_ingest(conn, store, share=share, batch_size=args.batch_size, retire=args.retire)
     else:
-        from dpsense.cloud.correction.sealed import sealed_ingest
+        from dpsense.cloud.correction.sealed import KeyStore, sealed_ingest
+        KeyStore.for_data_dir(st.cs_dir).check_readable()
         store = open_correction_store(st.correction_db)
-        svc = sealed_ingest(conn, store, st.data_dir, share=share, batch_size=args.batch_size, retire=args.retire)
+        svc = sealed_ingest(conn, store, st.cs_dir, share=share, batch_size=args.batch_size, retire=args.retire)
     print("ingest: %s records from %s:%d into %s" % (args.role, st.broker_host, st.broker_port,
           st.correction_db if args.role == "correction" else st.analyst_db), file=sys.stderr, flush=True)
     try:
@@ -231,8 +235,9 @@ def do_status(args: argparse.Namespace) -> int:
 
     from dpsense.cloud.results import iso_time
     from dpsense.cloud.storage import open_analyst_store, open_correction_store
+    from dpsense.cloud.commands.common import existing_analyst_db, misplaced_keys
     st = settings_from(args)
-    with open_analyst_store(st.analyst_db) as a:
+    with open_analyst_store(existing_analyst_db(st)) as a:
         gaps = a.gaps()
         print("analyst     %d readings, %d dead letters (%d distinct), %d device boots, %d missing sequence "
               "numbers" % (a.count(), a.dead_letter_messages(), a.dead_letter_count(), len(gaps),
@@ -264,25 +269,43 @@ def do_status(args: argparse.Namespace) -> int:
         for e in a.events(args.events):
             print("  %s %-9s %s" % (iso_time(e.at), e.kind, e.text))
         devices, wins, tokens = a.reading_tokens()
-    with open_correction_store(st.correction_db) as c:
-        print("correction  %d records, %d dead letters (%d distinct)"
-              % (c.count(), c.dead_letter_messages(), c.dead_letter_count()))
-        ctokens = c.token_array()
+    import os
+
+    from dpsense.cloud.storage import sqlite_file
+    cfile = sqlite_file(st.correction_db)
+    have_cs = cfile is None or os.path.exists(cfile)
+    ctokens = np.zeros(0, dtype=tokens.dtype)
+    if have_cs:
+        with open_correction_store(st.correction_db) as c:
+            print("correction  %d records, %d dead letters (%d distinct)"
+                  % (c.count(), c.dead_letter_messages(), c.dead_letter_count()))
+            by_reason = c.dead_letter_reasons()
+            if by_reason:
+                print("  dead letters by reason: %s" % ", ".join("%s: %d" % (r, n) for r, n in by_reason))
+            ctokens = c.token_array()
+    else:
+        print("correction  no database at %s: the correction server has not run with this folder "
+              "(its folder: --correction-data-dir)" % cfile)
     from dpsense.cloud.correction.sealed import KeyStore
-    sealed, plain = KeyStore.for_data_dir(st.data_dir).devices()
+    sealed, plain = KeyStore.for_data_dir(st.cs_dir).devices()
+    wrong = misplaced_keys(st)
+    if wrong is not None:
+        print("zones       %s: correction keys in the analyst's data dir; the correction server reads %s"
+              % (wrong, KeyStore.for_data_dir(st.cs_dir).path))
     print("sealing     correction records sealed end to end for %d devices; plaintext (readable by the broker "
           "and a gateway) for %s" % (len(sealed), "devices " + ", ".join(map(str, plain)) if plain else "none"))
-    from dpsense.cloud.correction.honest import RoundLedger, ledger_target
-    # The round ledger lives in the correction database (shared by every correction-server worker).
-    led = RoundLedger(ledger_target(st.correction_db))
-    try:
-        rc = led.counts()
-    finally:
-        led.close()
-    refused = {k: v for k, v in rc.items() if k not in ("answered", "retries")}
-    print("rounds      %d windows answered (%d retries), %d refused%s"
-          % (rc["answered"], rc["retries"], sum(refused.values()),
-             " (%s)" % ", ".join("%s %d" % kv for kv in sorted(refused.items())) if refused else ""))
+    if have_cs:
+        from dpsense.cloud.correction.honest import RoundLedger, ledger_target
+        # The round ledger lives in the correction database (shared by every correction-server worker).
+        led = RoundLedger(ledger_target(st.correction_db))
+        try:
+            rc = led.counts()
+        finally:
+            led.close()
+        refused = {k: v for k, v in rc.items() if k not in ("answered", "retries")}
+        print("rounds      %d windows answered (%d retries), %d refused%s"
+              % (rc["answered"], rc["retries"], sum(refused.values()),
+                 " (%s)" % ", ".join("%s %d" % kv for kv in sorted(refused.items())) if refused else ""))
     only_a = np.setdiff1d(tokens, ctokens).size
     only_c = np.setdiff1d(ctokens, tokens).size
     print("matching    %d readings without a correction record, %d correction records without a reading"
@@ -385,6 +408,7 @@ def do_analyst(args: argparse.Namespace) -> int:
     from dpsense.cloud.profile import load_profile
     from dpsense.cloud.storage import open_analyst_store
     st = settings_from(args)
+    check_analyst_zone(st)
     if args.flush_idle is not None and args.window.seconds is not None:
         raise UsageError("--flush-idle applies to count windows; time windows close on the clock")
     if args.exit_when_done and args.flush_idle is None:
@@ -479,7 +503,7 @@ def do_correction(args: argparse.Namespace) -> int:
     # Every mode needs the normal radius (the noise on d_diff towards the analyst is calibrated
     # to it) and the never-worse split the noise scale: only the profile gives them.
     needs_profile = True
-    path = st.data_dir / "profile.json"
+    path = st.cs_dir / "profile.json"
     if noise:
         waiting = ("w_O, the noise scale and the normal radius are not known yet (the never-worse split takes "
                    "them from %s)" % path)
@@ -488,12 +512,15 @@ def do_correction(args: argparse.Namespace) -> int:
     epsilon = parse_epsilon(args.analyst_epsilon)
     policy = RoundPolicy(min_window=args.min_round, min_presumed=args.min_presumed)
     from dpsense.cloud.files import private_dir
-    private_dir(st.data_dir)
-    key = load_key(st.data_dir / "correction-noise.key")
+    private_dir(st.cs_dir)
+    from dpsense.cloud.correction.sealed import KeyStore
+    # Its own folder's key store, readable by this user, before anything is started.
+    KeyStore.for_data_dir(st.cs_dir).check_readable()
+    key = load_key(st.cs_dir / "correction-noise.key")
 
     def params(w_o: float | None = args.w_o) -> CorrectionParams | None:
         # The profile may arrive after the server started: it is read until it exists.
-        prof = load_profile(st.data_dir) if w_o is None or needs_profile else None
+        prof = load_profile(st.cs_dir) if w_o is None or needs_profile else None
         if prof is None and (w_o is None or needs_profile):
             return None
         if w_o is None:
@@ -532,7 +559,7 @@ def do_correction(args: argparse.Namespace) -> int:
         ingest = IngestThread(connection_for(st, worker_account("correction" + INGEST_SUFFIX, args.worker), pw),
                               opener, "correction", stop,
                               share="correction" + INGEST_SUFFIX if args.worker is not None else None,
-                              data_dir=st.data_dir)
+                              data_dir=st.cs_dir)
     try:
         server.run(stop)
     except KeyboardInterrupt:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -31,7 +32,7 @@ from dpsense.cloud.broker import Broker
 from dpsense.cloud.commands.common import check_transport
 from dpsense.cloud.config import Settings
 from dpsense.cloud.errors import DpsenseError
-from dpsense.cloud.profile import calibrate, save_profile
+from dpsense.cloud.profile import DeviceProfile, calibrate, save_profile
 from dpsense.cloud.report import noise_source
 from dpsense.cloud.correction.sealed import provision_keys
 from dpsense.cloud.simulate import (Encoded, FleetEncoder, FleetPublisher, boot_id_now, encode_fleet,
@@ -91,11 +92,11 @@ def run_simulation(settings: Settings, args: argparse.Namespace) -> dict[str, fl
           file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     # New keys for this fleet: the correction server opens only sealed records.
-    keys = provision_keys(settings.data_dir, list(range(1, devices + 1)))
+    keys = provision_keys(settings.cs_dir, list(range(1, devices + 1)))
     enc = encode_fleet(x, profile, devices, seed, progress=log("perturbed"), keys=keys)
     t_enc = time.perf_counter() - t0
     save_ground_truth(Path(settings.data_dir) / "groundtruth.npz", enc, outlier, profile)
-    save_profile(settings.data_dir, profile)
+    share_profile(settings, profile)
     wait = str(getattr(args, "wait", "committed"))
     pub = FleetPublisher(settings, passwords, devices, on_event=lambda e: _say("simulate: " + e))
     try:
@@ -156,7 +157,7 @@ def run_steady(settings: Settings, args: argparse.Namespace, stop: threading.Eve
     profile = calibrate(reference, str(getattr(args, "epsilon")), float(getattr(args, "quantum")))
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     # Written before the first reading, so a correction server waiting for w_O gets it.
-    (Path(settings.data_dir) / "profile.json").write_text(profile.to_json())
+    share_profile(settings, profile)
     check_transport(settings)
     # The broker keeps no password in clear: the fleet's accounts get new ones for this run,
     # held in memory only.
@@ -164,7 +165,7 @@ def run_steady(settings: Settings, args: argparse.Namespace, stop: threading.Eve
     passwords = broker.add_devices(list(range(1, devices + 1)))
     seed = getattr(args, "seed", None)
     enc = FleetEncoder(profile, devices, seed, boot_id_now(),
-                       keys=provision_keys(settings.data_dir, list(range(1, devices + 1))))
+                       keys=provision_keys(settings.cs_dir, list(range(1, devices + 1))))
     blocks = data_blocks(args, int(min(max(rate, 100), 10_000)))
     say = _say
     say("simulate: %g readings/s from %d devices (boot %d), %s; epsilon %s per column; %s"
@@ -232,6 +233,18 @@ def _wait_acked(pub: FleetPublisher, total: int, timeout: float) -> None:
         if time.monotonic() > deadline:
             raise FleetError("only %d of %d messages acknowledged by the broker" % (pub.acked, total))
         time.sleep(0.01)
+
+
+def share_profile(settings: Settings, profile: DeviceProfile) -> None:
+    """The profile in the data dir, and in the correction server's folder too when that is a
+    zone of its own (public parameters: w_O, the sensitivities, the centre). Written by root,
+    each copy gets its folder's owner, the service that reads it."""
+    from dpsense.cloud.files import folder_owner
+    for folder in (settings.data_dir, settings.cs_dir) if settings.two_zones else (settings.data_dir,):
+        owner = folder_owner(folder)
+        path = save_profile(folder, profile)
+        if owner is not None:
+            os.chown(path, *owner)
 
 
 def _say(text: str) -> None:

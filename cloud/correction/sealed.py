@@ -49,7 +49,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from dpsense.cloud import topics
 from dpsense.cloud.errors import UsageError
-from dpsense.cloud.files import private_dir, write_private
+from dpsense.cloud.files import folder_owner, private_dir, write_private
 from dpsense.cloud.storage.repository import Correction, DeadLetter
 from dpsense.protocol import seal, wire
 
@@ -104,10 +104,37 @@ class KeyStore:
     _checked: float = -1e9
     # Known devices look at the file at most this often; an unknown one at once.
     recheck_s: float = 1.0
+    # (uid, gid) the folder and file are given when written (root provisioning for the
+    # correction server's user); None: the writer's own.
+    owner: tuple[int, int] | None = None
 
     @classmethod
-    def for_data_dir(cls, data_dir: Path | str) -> "KeyStore":
-        return cls(Path(data_dir) / KEY_DIR)
+    def for_data_dir(cls, data_dir: Path | str, owner: tuple[int, int] | None = None) -> "KeyStore":
+        """The key store of the correction server's folder ``data_dir``; written by root, it goes
+        to ``owner``, by default the folder's owner (the correction server's user)."""
+        return cls(Path(data_dir) / KEY_DIR, owner=owner if owner is not None else folder_owner(data_dir))
+
+    def check_readable(self) -> tuple[list[int], list[int]]:
+        """What the correction server does at start: an empty store is created in a new folder;
+        one it cannot read (owner, mode, damage) is a UsageError naming the file."""
+        try:
+            with open(self.path, "rb"):
+                pass
+        except FileNotFoundError:
+            try:
+                self._write()
+            except OSError as e:
+                raise UsageError("key store %s: cannot create it (%s)" % (self.path, e.strerror or e)) from None
+        except OSError as e:
+            try:
+                uid: int | None = os.stat(self.path).st_uid
+            except OSError:
+                uid = None
+            whose = ("; it belongs to uid %d, this service runs as uid %d (provisioning run as root: "
+                     "--owner USER)" % (uid, os.geteuid())) if uid is not None and uid != os.geteuid() else ""
+            raise UsageError("key store %s: cannot read it (%s)%s" % (self.path, e.strerror or e, whose)) from None
+        self._stamp = None
+        return self.devices()
 
     @property
     def path(self) -> Path:
@@ -152,10 +179,14 @@ class KeyStore:
 
     def _write(self) -> None:
         private_dir(self.folder)
+        if self.owner is not None:
+            os.chown(self.folder, *self.owner)
         doc = {"keys": {str(d): {"enc": k.enc.hex(), "mac": k.mac.hex()} for d, k in sorted(self._keys.items())},
                "plaintext": sorted(self._plaintext)}
         tmp = self.folder / (KEY_FILE + ".tmp")
         write_private(tmp, json.dumps(doc, indent=1))
+        if self.owner is not None:
+            os.chown(tmp, *self.owner)
         os.replace(tmp, self.path)
         self._stamp = None
 
@@ -361,7 +392,7 @@ class SealedIngest:
                     # duplicate and it is acknowledged. Anything else stays a replay.
                     if self.stored is None or self.stored([token]).get(token) != d_diff:
                         raise
-                return Correction(token, d_diff, received_at, device_id, boot_id, seq)
+                return Correction(token, d_diff, received_at, device_id, boot_id, seq, topic, payload)
             if kind == wire.KIND_CORRECTION:
                 try:
                     device_id, boot_id, seq, token, d_diff = wire.decode_correction(payload)
@@ -370,7 +401,7 @@ class SealedIngest:
                 if not self.keys.is_plaintext(device_id):
                     return dead("plain correction record from device %d, which is not configured plaintext: "
                                 "refused (no downgrade)" % device_id)
-                return Correction(token, d_diff, received_at, device_id, boot_id, seq)
+                return Correction(token, d_diff, received_at, device_id, boot_id, seq, topic, payload)
             return dead("kind %d message on the corrections topic" % kind)
         except SealedError as e:
             return dead(str(e))
@@ -428,7 +459,8 @@ def sealer_for(keys: DeviceKeys) -> seal.Sealer:
 
 
 def provision_keys(data_dir: Path | str, device_ids: list[int]) -> list[DeviceKeys]:
-    """New keys for each device, written to the correction server's key store (what
-    `tools/flash.py provision` does for a board); a simulated fleet holds them in memory."""
+    """New keys for each device, written to the key store of the correction server's folder
+    ``data_dir`` (what `tools/flash.py provision` does for a board); a simulated fleet holds them
+    in memory."""
     store = KeyStore.for_data_dir(data_dir)
     return [store.add_device(d) for d in device_ids]

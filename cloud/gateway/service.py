@@ -61,7 +61,9 @@ def run(port: str, device_id: int, host: str, port_no: int, password: str,
     src = None
     try:
         if not connected.wait(15):
-            raise ConnectionError("no connection to the broker at %s:%d as %s" % (host, port_no, user))
+            from dpsense.cloud.session import tls_hint
+            raise ConnectionError("no connection to the broker at %s:%d as %s%s"
+                                  % (host, port_no, user, tls_hint(tls_ca)))
         src = open_transport(port, baud)
         log("gateway: reading %s for device %d" % (port, device_id))
         last = time.monotonic()

@@ -48,7 +48,7 @@ def classify_correction(topic: str, payload: bytes, received_at: float) -> Corre
             return DeadLetter(topic, payload, "kind %d message on the corrections topic" % kind,
                               received_at)
         device_id, boot_id, seq, token, d_diff = fields
-        return Correction(token, d_diff, received_at, device_id, boot_id, seq)
+        return Correction(token, d_diff, received_at, device_id, boot_id, seq, topic, payload)
     except ProtocolError as e:
         return DeadLetter(topic, payload, "malformed: %s" % e, received_at)
     except Exception as e:

@@ -72,6 +72,12 @@ def open_store(url: str, role: Role) -> AnalystStore | CorrectionStore:
     raise ValueError("role must be 'analyst' or 'correction', got %r" % (role,))
 
 
+def sqlite_file(url: str) -> str | None:
+    """The file of an SQLite URL (None for PostgreSQL or an in-memory database)."""
+    scheme, target = _parse(url)
+    return target if scheme == "sqlite" and target != ":memory:" else None
+
+
 def _parse(url: str) -> tuple[str, str]:
     """``("sqlite", path)`` or ``("postgresql", url)``."""
     if not isinstance(url, str) or not url:

@@ -157,8 +157,9 @@ def test_the_noise_key_is_made_once_private_and_a_damaged_one_is_refused(tmp_pat
 def test_status_prints_the_round_ledger(tmp_path, capsys):
     from dpsense.cloud.cli import main
     from dpsense.cloud.correction.honest import ledger_target
-    from dpsense.cloud.storage import open_correction_store
+    from dpsense.cloud.storage import open_analyst_store, open_correction_store
     adb, cdb = "sqlite:///%s/a.db" % tmp_path, "sqlite:///%s/c.db" % tmp_path
+    open_analyst_store(adb).close()         # status never creates it
     open_correction_store(cdb).close()
     # The ledger is in the correction database, where every correction-server worker finds it.
     ledger = RoundLedger(ledger_target(cdb))

@@ -220,6 +220,8 @@ def test_status_names_the_plaintext_devices(tmp_path):
     ks.add_device(1)
     ks.add_device(2)
     ks.set_plaintext(10)
+    from dpsense.cloud.storage import open_analyst_store
+    open_analyst_store("sqlite:///%s" % (tmp_path / "analyst.db")).close()     # status never creates it
     r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "status", "--data-dir", str(tmp_path)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -291,6 +293,22 @@ def test_the_sealed_ingest_acknowledges_committed_records_by_their_header_and_ne
         assert svc.process([_Msg(CORRECTIONS, good[1], 0, 0, 1, 2.0)])   # a resend: acknowledged again
         assert [wire.decode_ack(p)[1:] for _, p in sent] == [(7, 4, [(1, 1)])]
         svc.store._guard.close()
+
+
+def test_a_sealed_conflicts_dead_letter_keeps_the_record_as_received(tmp_path):
+    """docs/protocol.md section 10: the dead letter of a conflicting duplicate keeps the payload
+    that arrived (here the sealed bytes), not a plain record rebuilt from its fields."""
+    from dpsense.cloud.storage import open_correction_store
+    from dpsense.cloud.storage.repository import CONFLICTING_DUPLICATE
+    ing = SealedIngest(_store(tmp_path), ReplayGuard())
+    s = sealer()
+    first = s.seal(7, 1, 0, 1, vectors.TOKEN, -1234)
+    other = s.seal(7, 1, 1, 2, vectors.TOKEN, 55)             # the same token with another d_diff
+    with open_correction_store("sqlite://") as cs:
+        assert cs.add_batch([classify(ing, first)], []) == 1
+        assert cs.add_batch([classify(ing, other)], []) == 0
+        (letter,) = cs.dead_letters()
+    assert (letter.topic, letter.reason, letter.payload) == (CORRECTIONS, CONFLICTING_DUPLICATE, other)
 
 
 def test_a_late_identical_resend_is_a_duplicate_and_a_changed_one_a_replay(tmp_path):

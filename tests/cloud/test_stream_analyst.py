@@ -207,6 +207,26 @@ def test_a_failed_round_holds_the_window_and_stores_nothing_until_it_completes(s
     assert store.counters()["rounds_failed"] == 2
 
 
+def test_a_held_windows_event_names_the_round_attempts_its_record_counts(store: AnalystStore) -> None:
+    """Held before any round (no profile yet): 0 attempts, in the record, the event and the log
+    alike (it said "attempt 2" while the dashboard said "held after 0 attempts")."""
+    fleet = Fleet()
+    store.add_batch(fleet.readings(1, spread(4100.0, 4105.0, 50)), [])
+    clock = Clock(4106.0)
+    server = InProcessServer(fleet.d_diff)
+    a, logs = make_analyst(store, server, clock, WindowSpec(seconds=5), centre_q=None)
+    assert a.poll(store) == 0
+    (w,) = store.windows()
+    (event,) = [e for e in store.events() if e.kind == "held"]
+    assert (w.state, w.attempts) == ("held", 0)
+    assert "held after 0 round attempts:" in event.text and "held after 0 round attempts:" in logs[-1], event.text
+    server.down = True
+    b, logs = make_analyst(store, server, clock, WindowSpec(seconds=5))
+    assert b.poll(store) == 0
+    assert store.windows()[0].attempts == 1
+    assert "held after 1 round attempt:" in store.events()[0].text, store.events()[0].text
+
+
 def test_missing_correction_records_hold_the_window_up_to_max_hold(store: AnalystStore) -> None:
     fleet = Fleet()
     batch = fleet.readings(1, spread(5000.0, 5005.0, 50))
@@ -323,6 +343,47 @@ def test_a_window_without_any_inlier_is_carried_without_a_round(store: AnalystSt
     done = store.windows()[-1]
     assert (done.state, done.n, done.start, done.end) == ("done", 70, 8000.0, 8010.0)
     assert done.presumed < done.n
+
+
+def test_an_idle_groups_carried_readings_are_carried_once_then_scored_with_its_next_readings(
+        store: AnalystStore) -> None:
+    """The rule of docs/operating.md ("Windows that end"): carried readings are scored with the
+    next window of their group that has new readings; while the group is idle they are never
+    closed again on their own, one interval after another (the issue's windows 8, 9, 10 each
+    carrying the same 459 readings), nor by a restarted analyst."""
+    fleet = Fleet()
+    sparse = _sparse(5, spread(8000.0, 8005.0, 30))
+    fleet.d_diff.update({r.token: 10 for r in sparse})
+    store.add_batch(sparse, [])
+    clock = Clock(8006.0)
+    a, logs = make_analyst(store, Counting(fleet.d_diff), clock, WindowSpec(seconds=5))
+    assert a.poll(store) == 0
+    for k in range(1, 7):               # six idle intervals
+        clock.t = 8006.0 + 5 * k
+        assert a.poll(store) == 0
+    assert [(w.state, w.n) for w in store.windows()] == [("carried", 30)]
+    assert [e.kind for e in store.events()] == ["carried"]
+    again, _ = make_analyst(store, Counting(fleet.d_diff), clock, WindowSpec(seconds=5))
+    clock.t += 20
+    assert again.poll(store) == 0 and len(store.windows()) == 1
+    store.add_batch(fleet.readings(5, spread(8060.0, 8065.0, 40)), [])
+    clock.t = 8066.0
+    assert again.poll(store) == 1
+    done = store.windows()[-1]
+    assert (done.state, done.n, done.start, done.end) == ("done", 70, 8000.0, 8065.0)
+    assert [e.kind for e in store.events()].count("carried") == 1
+
+
+def test_an_idle_groups_small_partial_window_is_reported_once(store: AnalystStore) -> None:
+    fleet = Fleet()
+    store.add_batch(fleet.readings(1, spread(8100.0, 8102.0, 8)), [])
+    clock = Clock(8106.0)
+    a, logs = make_analyst(store, InProcessServer(fleet.d_diff), clock, WindowSpec(seconds=5))
+    for k in range(8):
+        clock.t = 8106.0 + 5 * k
+        assert a.poll(store) == 0
+    assert store.windows() == [] and [e.kind for e in store.events()] == ["carried"]
+    assert sum("carried into the group's next window" in line for line in logs) == 1
 
 
 def test_a_carried_count_window_grows_by_a_window(store: AnalystStore) -> None:

@@ -141,3 +141,20 @@ def test_tls_needs_its_certificate_and_a_remote_broker_needs_tls(pki, tmp_path):
                        text=True, timeout=30)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "not on loopback: give --tls-ca" in r.stderr
+
+
+def test_a_plain_service_on_the_tls_port_is_told_to_give_tls_ca(pki, tmp_path):
+    """Mosquitto's TLS listener drops a plain CONNECT without a word: the service says what to do
+    (it said only "no answer")."""
+    data = tmp_path / "data"
+    b = Broker(data, port=free_port(), tls=tls.server_files(pki / "ca"))
+    pw = b.add_account("analyst")
+    with b.running():
+        r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "ingest", "--role", "analyst",
+                            "--data-dir", str(data), "--broker-port", str(b.port)],
+                           env=dict(os.environ, DPSENSE_BROKER_PASSWORD=pw), capture_output=True, text=True,
+                           timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    last = r.stderr.splitlines()[-1]
+    assert last.startswith("dpsense ingest: the broker at 127.0.0.1:%d closed the connection" % b.port), last
+    assert "give --tls-ca" in last

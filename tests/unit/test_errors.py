@@ -85,6 +85,8 @@ def test_bad_arguments_end_with_one_line_naming_the_option(argv, option, tmp_pat
 def test_status_into_a_closed_pipe_exits_quietly(how, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
+    from dpsense.cloud.storage import open_analyst_store
+    open_analyst_store("sqlite:///%s" % (data / "analyst.db")).close()     # status never creates it
     argv = [sys.executable, "-m", "dpsense.cloud.cli", "status", "--data-dir", str(data)]
     if how == "| head -1":
         r = subprocess.run("set -o pipefail; %s | head -1" % shlex.join(argv), shell=True, executable="bash",
