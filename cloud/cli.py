@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Callable, Iterator
 
+from dpsense.cloud.commands.aggregate import do_aggregate, parser_aggregate
 from dpsense.cloud.commands.common import HelpFormatter
 from dpsense.cloud.commands.curator import do_curator, do_query, parser_curator, parser_query
 from dpsense.cloud.commands.dashboard import do_dashboard, parser_dashboard
@@ -60,6 +61,9 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argpars
                   "serve a read-only live view of the analyst's store and Prometheus metrics (loopback)"),
     "results": (do_results, parser_results,
                 "detection results: windows, candidates (device, boot, seq) and devices, as a table, CSV or JSON"),
+    "aggregate": (do_aggregate, parser_aggregate,
+                  "mean, sum, threshold counts, histogram or quantile per group and window, with confidence "
+                  "intervals, from the released readings (spends no privacy budget)"),
     "simulate": (do_simulate, parser_simulate, "publish a data set as N virtual devices through the broker"),
     "experiment": (do_experiment, parser_experiment,
                    "reproduce a paper's experiment (paper1: Fig. 3; paper2; paper4: Figs. 3-7; verify: paper 1 + 2)"),
