@@ -3,7 +3,9 @@
 ``main`` is the one place that turns failures into what a user sees: a ``DpsenseError``,
 a bad value (``ValueError``) or an OS error (a missing file, a refused connection) ends
 the command with one line, ``dpsense <command>: <reason>``, on stderr and exit status 2
-(argparse's own errors exit 2 too); Ctrl-C exits 130. A reader that closes the output
+(argparse's own errors exit 2 too); a refusal (``RefusedError``: a privacy budget that a
+release would exceed, a budget that does not exist) exits 1, as docs/curator.md says; Ctrl-C
+exits 130. A reader that closes the output
 early (``dpsense status | head -1``) ends the command quietly, with status 0. Anything
 else is a bug and keeps its traceback. Every command runs with umask 077.
 """
@@ -44,7 +46,7 @@ from dpsense.cloud.commands.services import (
     parser_simulate,
     parser_status,
 )
-from dpsense.cloud.errors import DpsenseError
+from dpsense.cloud.errors import DpsenseError, RefusedError
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {
     "demo": (do_demo, parser_demo, "the whole system on this machine: broker, analyst, correction server, "
@@ -121,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("%s: interrupted" % where, file=sys.stderr)
         return 130
+    except RefusedError as e:
+        print("%s: %s" % (where, _one_line(e)), file=sys.stderr)
+        return 1
     except (DpsenseError, ValueError) as e:
         print("%s: %s" % (where, _one_line(e)), file=sys.stderr)
         return 2

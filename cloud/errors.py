@@ -16,7 +16,13 @@ from __future__ import annotations
 
 
 class DpsenseError(Exception):
-    """Base of the errors the ``dpsense`` command reports in one line (exit status 2)."""
+    """Base of the errors the ``dpsense`` command reports in one line (exit status 2; 1 for a
+    ``RefusedError``)."""
+
+
+class RefusedError(DpsenseError):
+    """A request the policy refuses, not a bad value: a privacy budget that would be exceeded, a
+    data set or budget database that does not exist. ``dpsense`` exits with status 1 for it."""
 
 
 class UsageError(DpsenseError, ValueError):
