@@ -280,9 +280,11 @@ def _raw_variance(law: NoiseLaw, lo: float, hi: float, q: npt.NDArray[np.float64
     return out
 
 
-def _interval_count(s: Values, lo: float, hi: float, law: NoiseLaw,
-                    level: float) -> tuple[float, float, float, str]:
-    """(unbiased count of raw values in [lo, hi], interval lo, hi, method) from sorted ``s``."""
+COUNT_METHOD = "lattice deconvolution, normal interval (variance: larger of unbiased and plug-in)"
+
+
+def _interval_count(s: Values, lo: float, hi: float, law: NoiseLaw, level: float) -> tuple[float, float, float]:
+    """(unbiased count of raw values in [lo, hi], interval lo, hi) from sorted ``s``."""
     n = s.size
     edges = sorted({e for e in (lo - 1, lo, hi, hi + 1) if math.isfinite(e)})
     pts = np.array(edges, dtype=np.float64)
@@ -300,8 +302,7 @@ def _interval_count(s: Values, lo: float, hi: float, law: NoiseLaw,
     mult = np.searchsorted(s, near_y, side="right") - np.searchsorted(s, near_y, side="left")
     plug = float(mult @ _raw_variance(law, lo, hi, near_y.astype(np.float64))) if near_y.size else 0.0
     half = _z(level) * math.sqrt(max(unbiased, plug))
-    return value, min(max(0.0, value - half), float(n)), max(min(float(n), value + half), 0.0), \
-        "lattice deconvolution, normal interval (variance: larger of unbiased and plug-in)"
+    return value, min(max(0.0, value - half), float(n)), max(min(float(n), value + half), 0.0)
 
 
 def count_between(y: object, law: NoiseLaw, lo: int | None = None, hi: int | None = None,
@@ -320,9 +321,9 @@ def count_between(y: object, law: NoiseLaw, lo: int | None = None, hi: int | Non
     n = int(a.size)
     if lo is None and hi is None:
         return Estimate(float(n), float(n), float(n), n, level, "all readings")
-    value, l, h, method = _interval_count(np.sort(a), -math.inf if lo is None else float(lo),
-                                          math.inf if hi is None else float(hi), law, level)
-    return Estimate(value, l, h, n, level, method)
+    value, l, h = _interval_count(np.sort(a), -math.inf if lo is None else float(lo),
+                                  math.inf if hi is None else float(hi), law, level)
+    return Estimate(value, l, h, n, level, COUNT_METHOD)
 
 
 def quantile(y: object, law: NoiseLaw, q: float, level: float = 0.95) -> Estimate:
