@@ -78,7 +78,9 @@ Values = npt.NDArray[np.int64]
 
 @dataclass(frozen=True)
 class NoiseLaw:
-    """Discrete Laplace noise of scale ``num/den`` quanta (the board's ``DiscreteLaplace``)."""
+    """Discrete Laplace noise of scale ``num/den`` quanta (the board's ``DiscreteLaplace``).
+
+    Public parameters only (the profile's sensitivity and epsilon): spends no privacy budget."""
 
     num: int
     den: int
@@ -91,10 +93,15 @@ class NoiseLaw:
     @classmethod
     def for_column(cls, delta_q: int, epsilon: str | tuple[int, int]) -> NoiseLaw:
         """The law of a column with relaxed sensitivity ``delta_q`` quanta and ``epsilon``
-        (a decimal string as in the profile, or ``(num, den)``): scale ``delta_q / epsilon``."""
+        (a decimal string as in the profile, or ``(num, den)``): scale ``delta_q / epsilon``.
+        Reads public profile parameters only, never data: spends no privacy budget."""
         if isinstance(delta_q, bool) or not isinstance(delta_q, int) or delta_q <= 0:
             raise ValueError("delta_q must be a positive int (quanta), got %r" % (delta_q,))
+        if not isinstance(epsilon, (str, tuple)):
+            raise ValueError("epsilon must be a decimal string or a (num, den) pair, got %r" % (epsilon,))
         en, ed = parse_decimal(epsilon) if isinstance(epsilon, str) else epsilon
+        if any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in (en, ed)):
+            raise ValueError("epsilon must be positive, got %r" % (epsilon,))
         f = Fraction(delta_q * ed, en)
         return cls(f.numerator, f.denominator)
 
@@ -201,6 +208,10 @@ class Estimate:
     method: str
 
     def scaled(self, quantum: float) -> Estimate:
+        """The estimate in physical units (``quanta x quantum``): arithmetic on a released
+        estimate, no privacy cost."""
+        if not (isinstance(quantum, (int, float)) and math.isfinite(quantum) and quantum > 0):
+            raise ValueError("quantum must be a number > 0, got %r" % (quantum,))
         return Estimate(self.value * quantum, self.lo * quantum, self.hi * quantum, self.n, self.level,
                         self.method)
 

@@ -68,7 +68,8 @@ class Stat:
 
 
 def parse_stat(words: list[str]) -> Stat:
-    """``["mean"]``, ``["count-above", "40"]``, ``["quantile", "0.5"]``, ...: a :class:`Stat`."""
+    """``["mean"]``, ``["count-above", "40"]``, ``["quantile", "0.5"]``, ...: a :class:`Stat`.
+    Parses the operator's words, reads no data: no privacy cost."""
     if not words:
         raise ValueError("--stat is one of %s" % ", ".join(STATS))
     kind, rest = words[0], words[1:]
@@ -124,8 +125,10 @@ def _quanta_below(t: float, quantum: float) -> int:
 
 
 def default_edges(profile: DeviceProfile, column: int) -> tuple[float, ...]:
-    """Ten bins over the column's centre +- twice its relaxed sensitivity (public profile
-    parameters, never the data)."""
+    """Ten bins over the column's centre +- twice its relaxed sensitivity: public profile
+    parameters, never the data, so choosing them spends no privacy budget."""
+    if isinstance(column, bool) or not isinstance(column, int) or not 0 <= column < len(profile.delta_q):
+        raise ValueError("column must be in 0..%d, got %r" % (len(profile.delta_q) - 1, column))
     c, d = profile.centre_q[column], profile.delta_q[column]
     return tuple(float((c - 2 * d + 4 * d * k / 10) * profile.quantum) for k in range(11))
 
