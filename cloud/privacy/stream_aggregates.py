@@ -152,14 +152,15 @@ def _estimates(y: np.ndarray, law: NoiseLaw, stat: Stat, quantum: float, level: 
         assert stat.arg is not None
         return (row("< %g" % stat.arg, count_between(y, law, hi=_quanta_below(stat.arg, quantum), level=level), 1),)
     # Histogram: [e_k, e_k+1) and the two open ends, so that the bins hold every reading.
+    y = np.sort(y)
     cuts = [math.ceil(_decimal(e) / _decimal(quantum)) for e in edges]     # first q of each bin
-    out = [row("< %g" % edges[0], count_between(y, law, hi=cuts[0] - 1, level=level), 1)]
+    out = [row("< %g" % edges[0], count_between(y, law, hi=cuts[0] - 1, level=level, presorted=True), 1)]
     for k in range(len(edges) - 1):
         if cuts[k + 1] - 1 < cuts[k]:
             raise ValueError("histogram bin [%g, %g) holds no quantum (%g)" % (edges[k], edges[k + 1], quantum))
         out.append(row("[%g, %g)" % (edges[k], edges[k + 1]),
-                       count_between(y, law, lo=cuts[k], hi=cuts[k + 1] - 1, level=level), 1))
-    out.append(row(">= %g" % edges[-1], count_between(y, law, lo=cuts[-1], level=level), 1))
+                       count_between(y, law, lo=cuts[k], hi=cuts[k + 1] - 1, level=level, presorted=True), 1))
+    out.append(row(">= %g" % edges[-1], count_between(y, law, lo=cuts[-1], level=level, presorted=True), 1))
     return tuple(out)
 
 
