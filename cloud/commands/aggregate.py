@@ -47,7 +47,7 @@ def do_aggregate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dpsense.cloud.privacy.stream_aggregates import NO_BUDGET, Stat, aggregate, parse_stat
-    from dpsense.cloud.profile import load_profile
+    from dpsense.cloud.profile import PROFILE_FILE
     from dpsense.cloud.results import parse_since
     from dpsense.cloud.storage import open_analyst_store
     from dpsense.cloud.windows import parse_window
@@ -70,11 +70,12 @@ def do_aggregate(args: argparse.Namespace) -> int:
         path = Path(args.profile)
         if not path.is_file():
             raise UsageError("no profile at %s" % path)
-        profile = load_profile(path.parent) if path.name == "profile.json" else _profile_file(path)
     else:
-        profile = load_profile(st.data_dir)
-    if profile is None:
-        raise UsageError("no device profile in %s (give --profile PATH): the noise law comes from it" % st.data_dir)
+        path = Path(st.data_dir) / PROFILE_FILE
+        if not path.is_file():
+            raise UsageError("no device profile in %s (give --profile PATH): the noise law comes from it"
+                             % st.data_dir)
+    profile = _profile_file(path)
     with open_analyst_store(st.analyst_db) as store:
         rows = aggregate(store, profile, group=args.group, window_s=spec.seconds, since=since, until=until,
                          column=args.column, stat=stat, level=args.level)
@@ -83,13 +84,15 @@ def do_aggregate(args: argparse.Namespace) -> int:
 
 
 def _profile_file(path: Any) -> Any:
-    import json as _json
-
+    """A profile JSON (cloud/profile.py's fields) at any path; a damaged one is a usage error."""
     from dpsense.cloud.profile import DeviceProfile
-    d = _json.loads(path.read_text())
-    d["delta_q"] = tuple(d["delta_q"])
-    d["centre_q"] = tuple(d["centre_q"])
-    return DeviceProfile(**d)
+    try:
+        d = json.loads(path.read_text())
+        d["delta_q"] = tuple(int(v) for v in d["delta_q"])
+        d["centre_q"] = tuple(int(v) for v in d["centre_q"])
+        return DeviceProfile(**d)
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise UsageError("%s is not a device profile (%s)" % (path, e)) from None
 
 
 def _write(windows: list[Any], fmt: str, privacy: str) -> None:

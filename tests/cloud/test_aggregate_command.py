@@ -104,6 +104,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
 def test_no_profile_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = _run(capsys, "aggregate", "--analyst-db", "sqlite://", "--data-dir", str(tmp_path / "none"))
     assert rc == 2 and "no device profile" in err
+    for text in ("{", '{"quantum": 0.01}', "[]"):
+        (tmp_path / "p.json").write_text(text)
+        rc, _, err = _run(capsys, "aggregate", "--analyst-db", "sqlite://", "--profile", str(tmp_path / "p.json"))
+        assert rc == 2 and "is not a device profile" in err and err.count("\n") == 1, err
 
 
 def test_parameters_are_validated() -> None:
