@@ -3,7 +3,9 @@
 ``main`` is the one place that turns failures into what a user sees: a ``DpsenseError``,
 a bad value (``ValueError``) or an OS error (a missing file, a refused connection) ends
 the command with one line, ``dpsense <command>: <reason>``, on stderr and exit status 2
-(argparse's own errors exit 2 too); Ctrl-C exits 130. A reader that closes the output
+(argparse's own errors exit 2 too); a refusal (``RefusedError``: a privacy budget that a
+release would exceed, a budget that does not exist) exits 1, as docs/curator.md says; Ctrl-C
+exits 130. A reader that closes the output
 early (``dpsense status | head -1``) ends the command quietly, with status 0. Anything
 else is a bug and keeps its traceback. Every command runs with umask 077.
 """
@@ -14,6 +16,7 @@ import os
 import sys
 from typing import Callable, Iterator
 
+from dpsense.cloud.commands.aggregate import do_aggregate, parser_aggregate
 from dpsense.cloud.commands.common import HelpFormatter
 from dpsense.cloud.commands.curator import do_curator, do_query, parser_curator, parser_query
 from dpsense.cloud.commands.dashboard import do_dashboard, parser_dashboard
@@ -43,7 +46,7 @@ from dpsense.cloud.commands.services import (
     parser_simulate,
     parser_status,
 )
-from dpsense.cloud.errors import DpsenseError
+from dpsense.cloud.errors import DpsenseError, RefusedError
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {
     "demo": (do_demo, parser_demo, "the whole system on this machine: broker, analyst, correction server, "
@@ -60,6 +63,9 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argpars
                   "serve a read-only live view of the analyst's store and Prometheus metrics (loopback)"),
     "results": (do_results, parser_results,
                 "detection results: windows, candidates (device, boot, seq) and devices, as a table, CSV or JSON"),
+    "aggregate": (do_aggregate, parser_aggregate,
+                  "mean, sum, threshold counts, histogram or quantile per group and window, with confidence "
+                  "intervals, from the released readings (spends no privacy budget)"),
     "simulate": (do_simulate, parser_simulate, "publish a data set as N virtual devices through the broker"),
     "experiment": (do_experiment, parser_experiment,
                    "reproduce a paper's experiment (paper1: Fig. 3; paper2; paper4: Figs. 3-7; verify: paper 1 + 2)"),
@@ -117,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("%s: interrupted" % where, file=sys.stderr)
         return 130
+    except RefusedError as e:
+        print("%s: %s" % (where, _one_line(e)), file=sys.stderr)
+        return 1
     except (DpsenseError, ValueError) as e:
         print("%s: %s" % (where, _one_line(e)), file=sys.stderr)
         return 2

@@ -18,7 +18,13 @@ import random
 
 
 class DpsenseError(Exception):
-    """Base of the errors the ``dpsense`` command reports in one line (exit status 2)."""
+    """Base of the errors the ``dpsense`` command reports in one line (exit status 2; 1 for a
+    ``RefusedError``)."""
+
+
+class RefusedError(DpsenseError):
+    """A request the policy refuses, not a bad value: a privacy budget that would be exceeded, a
+    data set or budget database that does not exist. ``dpsense`` exits with status 1 for it."""
 
 
 class UsageError(DpsenseError, ValueError):

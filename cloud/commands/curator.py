@@ -4,7 +4,18 @@ from __future__ import annotations
 import argparse
 import sys
 
+from typing import TYPE_CHECKING
+
 from dpsense.cloud.commands.common import examples, parse_floats
+
+if TYPE_CHECKING:
+    from dpsense.cloud.privacy.accountant import BudgetAccountant
+
+# The Gaussian counts' default delta: small enough that the documented budget (delta 1e-6)
+# holds nine of them with their discretisation slack (about 1e-13 each).
+DEFAULT_DELTA = 1e-7
+LEVEL = 0.95
+Z95 = 1.959963984540054
 
 
 def parser_curator(p: argparse.ArgumentParser) -> None:
@@ -67,14 +78,11 @@ def _do_calibrate(args: argparse.Namespace) -> int:
     import random
     from pathlib import Path
 
-    from dpsense.cloud.config import Settings
     from dpsense.cloud.errors import UsageError
-    from dpsense.cloud.privacy.accountant import BudgetAccountant
     from dpsense.cloud.privacy.calibration import dp_calibrate, load_csv
     if len(args.bounds) != 2:
         raise UsageError("--bounds must be LOWER,UPPER")
-    db = Path(args.db) if args.db else Settings.resolve().data_dir / "budget.db"
-    acct = BudgetAccountant(db, create=False)
+    acct = _accountant(args.db)
     prof = dp_calibrate(lambda: load_csv(args.csv), bounds=(args.bounds[0], args.bounds[1]),
                         epsilon=args.epsilon, device_epsilon=args.device_epsilon, quantum=args.quantum,
                         outlier_percent=args.outlier_percent, grid=args.grid, dbscan_eps=args.dbscan_eps,
@@ -97,7 +105,7 @@ def do_curator(args: argparse.Namespace) -> int:
     if args.area == "calibrate":
         return _do_calibrate(args)
     db = Path(args.db) if args.db else Settings.resolve().data_dir / "budget.db"
-    acct = BudgetAccountant(db, create=args.action == "set")
+    acct = BudgetAccountant(db) if args.action == "set" else _accountant(args.db)
     if args.action == "set":
         acct.set_budget(args.dataset, args.epsilon, 0 if args.delta is None else args.delta)
         print(acct.summary(args.dataset))
@@ -126,17 +134,18 @@ def parser_query(p: argparse.ArgumentParser) -> None:
         q.add_argument("--csv", required=True, help="numeric CSV, one record per row (a header row is skipped)")
         q.add_argument("--k", type=int, default=3, help="outliers have fewer than k neighbours (default 3)")
         q.add_argument("--r", type=float, required=True, help="radius in the normalised subspace distance")
-        q.add_argument("--delta", type=float, default=0.01, help="delta of the Gaussian count(s) (default 0.01)")
+        q.add_argument("--delta", type=float, default=DEFAULT_DELTA,
+                       help="delta of the Gaussian count(s) (default %g: nine fit in a budget with delta 1e-6)"
+                            % DEFAULT_DELTA)
         q.add_argument("--method", choices=("smooth", "global"), default="smooth",
                        help="count mechanism: smooth (NRS) or global (Theorem 4 upper bound); default smooth")
-        q.add_argument("--dataset", help="charge this data set's budget (see `dpsense curator budget`)")
+        q.add_argument("--dataset", required=True,
+                       help="charge this data set's budget (see `dpsense curator budget`); every answer is charged")
         q.add_argument("--db", help="budget database (default <data dir>/budget.db, env DPSENSE_DATA_DIR)")
         q.add_argument("--seed", type=int, default=None, help="seed the noise (testing only; default: OS randomness)")
         if name == "count":
             q.add_argument("--epsilon", type=float, required=True, help="epsilon of the count")
             q.add_argument("--subspace", type=parse_floats, default=None, help="comma-separated column indices (0-based)")
-            q.add_argument("--paper-mode", action="store_true",
-                           help="the paper's smooth calibration: NOT differentially private, never charged")
         else:
             q.add_argument("--h", type=int, required=True, help="number of subspaces")
             q.add_argument("--epsilon-select", type=float, required=True, help="epsilon of the selection (total)")
@@ -180,21 +189,15 @@ def _query_csv(path: str) -> "object":
 
 def do_query(args: argparse.Namespace) -> int:
     import random
-    from pathlib import Path
 
-    from dpsense.cloud.config import Settings
     from dpsense.cloud.errors import UsageError
-    from dpsense.cloud.privacy.accountant import BudgetAccountant
+    if not args.dataset:
+        raise UsageError("--dataset is required: every answer is charged to a data set's budget")
     x = _query_csv(args.csv)
-    acct = None
-    if args.dataset:
-        db = Path(args.db) if args.db else Settings.resolve().data_dir / "budget.db"
-        acct = BudgetAccountant(db, create=False)
+    acct = _accountant(args.db)
     rng = random.Random(args.seed) if args.seed is not None else None
     if args.query == "identify":
         from dpsense.cloud.privacy.identify import identify
-        if acct is None:
-            raise UsageError("--dataset is required")
         bit = identify(lambda: x, args.record, beta=args.beta, r=args.r, epsilon=args.epsilon,
                        accountant=acct, dataset=args.dataset, k=args.sp_k, rng=rng)
         print("anomaly: %s" % ("yes" if bit else "no"))
@@ -208,9 +211,9 @@ def do_query(args: argparse.Namespace) -> int:
                 raise UsageError("--subspace must hold integer column indices")
             cols = [int(c) for c in args.subspace]
         rel = dp_outlier_count(x, k=args.k, r=args.r, epsilon=args.epsilon, delta=args.delta, subspace=cols,
-                               method=args.method, paper_mode=args.paper_mode, accountant=acct,
-                               dataset=args.dataset, rng=rng)
-        print("outlier count (subspace %s): %s" % (",".join(map(str, rel.subspace)), rel.value))
+                               method=args.method, accountant=acct, dataset=args.dataset, rng=rng)
+        print("outlier count (subspace %s): %s" % (",".join(map(str, rel.subspace)),
+                                                   _answer(rel.value, rel.n, rel.sigma_bound, rel.method == "global")))
         print("guarantee: %s" % rel.guarantee)
     else:
         from dpsense.cloud.privacy.subspaces import subspaces_with_counts, top_h_subspaces
@@ -227,9 +230,39 @@ def do_query(args: argparse.Namespace) -> int:
                                             epsilon_count=args.epsilon_count, delta=args.delta,
                                             count_method=args.method, accountant=acct,
                                             dataset=args.dataset, rng=rng)
-            for s, c in zip(counted.subspaces, counted.counts):
-                print("subspace %s: outlier count %s" % (",".join(map(str, s)), c))
+            for s, c, sb in zip(counted.subspaces, counted.counts, counted.sigma_bounds):
+                print("subspace %s: outlier count %s" % (",".join(map(str, s)),
+                                                         _answer(c, counted.n, sb, counted.sigma_exact)))
             print("guarantee: %s" % counted.guarantee)
-    if acct is not None:
-        print(acct.summary(args.dataset))
+    print(acct.summary(args.dataset))
     return 0
+
+
+def _accountant(path: str | None) -> "BudgetAccountant":
+    """The budget database, which must exist: a missing one is a refusal (exit 1), not a new file."""
+    from pathlib import Path
+
+    from dpsense.cloud.config import Settings
+    from dpsense.cloud.privacy.accountant import BudgetAccountant, BudgetError
+    db = Path(path) if path else Settings.resolve().data_dir / "budget.db"
+    try:
+        return BudgetAccountant(db, create=False)
+    except FileNotFoundError:
+        raise BudgetError("no budget database at %s; create a budget first (dpsense curator budget set "
+                          "--dataset NAME --epsilon E --delta D --db %s)" % (db, db)) from None
+
+
+def _answer(value: float, n: int, sigma_bound: float | None, exact: bool) -> str:
+    """A released count post-processed into ``[0, n]``, with the noise's error bar. Clamping is
+    post-processing (no further cost) and never moves the answer away from the true count, so
+    the error bar of the released value holds for it too."""
+    clamped = min(max(value, 0.0), float(n))
+    text = "%.6g of %d records" % (clamped, n)
+    if clamped != value:
+        text += " (released %.6g, clamped to [0, %d])" % (value, n)
+    if sigma_bound is not None:
+        text += "; error bar +-%.3g at %g %% (noise sigma %s %.3g%s)" % (
+            Z95 * sigma_bound, 100 * LEVEL, "=" if exact else "<=", sigma_bound,
+            "" if exact else ": the smooth mechanism's sigma depends on the data and is not released, this bound "
+                             "takes its smooth sensitivity at n; --method global gives an exact one")
+    return text

@@ -242,6 +242,14 @@ class StreamTables(TokenListing):
         """The newest reading's row id (0 when there is none): an index lookup, whatever the size."""
         return int(self._rows("read the newest row id", "SELECT coalesce(max(row_id), 0) FROM readings")[0][0])
 
+    def released_rows(self, group: str, since: float, until: float) -> list[tuple[Any, ...]]:
+        """``(arrival, config_id, values)`` of the group's readings that arrived in ``[since,
+        until)``, in arrival order: the values as released (wire bytes), for the aggregates."""
+        cond, params = _group_filter(group)
+        return self._rows("read the readings of group %s" % group, self._q(
+            "SELECT received_at, config_id, vals FROM readings WHERE received_at >= ? AND received_at < ? AND "
+            + cond + " ORDER BY row_id"), (since, until) + params)
+
     # -- device groups ------------------------------------------------------------------------------
     def set_device_group(self, device_id: int, group: str, at: float) -> None:
         with self._write("set the group of device %d" % device_id) as cur:

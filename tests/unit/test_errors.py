@@ -112,18 +112,21 @@ def test_a_storage_error_is_one_line_with_status_2(tmp_path):
     assert "analyst.db" in r.stderr
 
 
-@pytest.mark.parametrize("argv, reason", [
-    (["curator", "budget", "show", "--db", "{garbage}"], "budget database {garbage}: file is not a database"),
-    (["curator", "budget", "show", "--db", "{tmp}/none.db"], "no budget database at {tmp}/none.db"),
-    (["query", "count", "--csv", "{tmp}/none.csv", "--r", "1", "--epsilon", "1"], "{tmp}/none.csv not found."),
-    (["experiment", "paper2", "--ks", "0", "--out", "{tmp}/p2"], "ks must be ints >= 1"),
-    (["perturb", "--n", "3"], "n must be >= 10"),
+@pytest.mark.parametrize("argv, reason, rc", [
+    (["curator", "budget", "show", "--db", "{garbage}"], "budget database {garbage}: file is not a database", 2),
+    # A refusal, not a bad value: exit 1 (docs/curator.md).
+    (["curator", "budget", "show", "--db", "{tmp}/none.db"], "no budget database at {tmp}/none.db; create a "
+     "budget first (dpsense curator budget set --dataset NAME --epsilon E --delta D --db {tmp}/none.db)", 1),
+    (["query", "count", "--csv", "{tmp}/none.csv", "--r", "1", "--epsilon", "1", "--dataset", "x"],
+     "{tmp}/none.csv not found.", 2),
+    (["experiment", "paper2", "--ks", "0", "--out", "{tmp}/p2"], "ks must be ints >= 1", 2),
+    (["perturb", "--n", "3"], "n must be >= 10", 2),
 ])
-def test_commands_report_failures_in_one_line(argv, reason, tmp_path, capsys):
+def test_commands_report_failures_in_one_line(argv, reason, rc, tmp_path, capsys):
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"not a database " * 200)
     fill = {"garbage": str(garbage), "tmp": str(tmp_path)}
-    assert cli.main([a.format(**fill) for a in argv]) == 2
+    assert cli.main([a.format(**fill) for a in argv]) == rc
     assert capsys.readouterr().err == "dpsense %s: %s\n" % (argv[0], reason.format(**fill))
 
 
@@ -145,7 +148,7 @@ def test_a_bad_environment_value_names_the_variable(tmp_path):
 
 
 @pytest.mark.parametrize("raised, rc, line", [
-    (BudgetError("data set 'x' has no budget"), 2, "dpsense version: data set 'x' has no budget\n"),
+    (BudgetError("data set 'x' has no budget"), 1, "dpsense version: data set 'x' has no budget\n"),   # a refusal
     (ValueError("n must be >= 1000"), 2, "dpsense version: n must be >= 1000\n"),
     (FileNotFoundError(2, "No such file or directory", "data.csv"), 2,
      "dpsense version: data.csv: No such file or directory\n"),
