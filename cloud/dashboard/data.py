@@ -105,7 +105,7 @@ class DashboardSource(Protocol):
         """Per group: readings not in a window yet, windows awaiting their verdict."""
 
     def dead_letter_reasons(self) -> dict[str, int]:
-        """Dead-lettered messages per reason class (``results.reason_class``)."""
+        """Dead-lettered messages per kind of reason (``results.dead_letter_reasons``)."""
 
     def events(self, limit: int) -> list[Event]:
         """The analyst's latest status entries (carried windows, held rounds), newest first."""

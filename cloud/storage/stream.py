@@ -493,12 +493,6 @@ class StreamTables(TokenListing):
             self._event(cur, at, kind, group, window, text)
             self._bump(cur, {"readings_carried": carried})
 
-    def dead_letter_reasons(self) -> dict[str, int]:
-        """Dead-lettered messages (repeats included) per distinct reason text."""
-        rows = self._rows("count dead letters by reason",
-                          "SELECT reason, coalesce(sum(repeats), 0) FROM dead_letters GROUP BY reason")
-        return {str(r): int(n) for r, n in rows}
-
     def events(self, limit: int = 20) -> list[Event]:
         """The most recent ``limit`` events, newest first."""
         return [Event(*r) for r in self._rows("read events", self._q(
