@@ -2,8 +2,8 @@
 also those inside functions.
 
 * Only the ``dpsense simulate`` command and the demo import the simulator
-  (cloud/simulate.py, whose connections are cloud/fleetpub.py's); the services take the
-  device profile from cloud/profile.py.
+  (cloud/sim/simulate.py, whose connections are cloud/sim/fleetpub.py's); the services take the
+  device profile from cloud/deploy/profile.py.
 * cloud/ imports neither tools/ nor tests/ (the throw-away PostgreSQL server is a test
   fixture, tests/pgserver.py).
 """
@@ -41,15 +41,15 @@ def importers(module: str) -> set[str]:
 
 
 def test_only_the_simulate_command_and_the_demo_import_the_simulator():
-    assert importers("dpsense.cloud.simulate") == {"cloud/commands/simulate.py", "cloud/pipeline.py"}
+    assert importers("dpsense.cloud.sim.simulate") == {"cloud/cli/commands/simulate.py", "cloud/sim/demo.py"}
 
 
 def test_only_the_simulator_uses_its_publisher():
-    assert importers("dpsense.cloud.fleetpub") <= {"cloud/simulate.py", "cloud/commands/simulate.py"}
+    assert importers("dpsense.cloud.sim.fleetpub") <= {"cloud/sim/simulate.py", "cloud/cli/commands/simulate.py"}
 
 
 def test_the_services_take_the_profile_from_cloud_profile():
-    assert {"cloud/commands/common.py", "cloud/commands/services.py"} <= importers("dpsense.cloud.profile")
+    assert {"cloud/cli/commands/common.py", "cloud/cli/commands/services.py"} <= importers("dpsense.cloud.deploy.profile")
 
 
 @pytest.mark.parametrize("module", ["dpsense.tools", "tests", "hil_tests", "bench"])
