@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from dpsense.cloud.privacy.stream_aggregates import Stat, aggregate
-from dpsense.cloud.profile import DeviceProfile
+from dpsense.cloud.deploy.profile import DeviceProfile
 from dpsense.cloud.storage import Reading, open_analyst_store
 
 HOURS = 24

@@ -32,11 +32,11 @@ import threading
 import time
 from pathlib import Path
 
-from dpsense.cloud.analyst import Analyst, AnalystParams
-from dpsense.cloud.broker import Broker, free_port
-from dpsense.cloud.ingest.service import Connection
+from dpsense.cloud.analyst.service import Analyst, AnalystParams
+from dpsense.cloud.deploy.broker import Broker, free_port
+from dpsense.cloud.transport.session import Connection
 from dpsense.cloud.storage import Reading, open_analyst_store
-from dpsense.cloud.windows import WindowSpec
+from dpsense.cloud.analyst.windows import WindowSpec
 
 PENDING = 100_000
 WINDOW = 200_000

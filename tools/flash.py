@@ -496,7 +496,7 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
     user = DEVICE_USER % args.device_id
     log("broker account %s created/reset in %s" % (user, Path(args.data_dir) / "broker"))
     if args.password_file:
-        from dpsense.cloud.files import write_private
+        from dpsense.cloud.deploy.files import write_private
         write_private(args.password_file, password + "\n")
         log("  its password: %s (mode 0600; the broker keeps no copy)" % args.password_file)
     elif "broker_password" not in cfg:
@@ -562,7 +562,7 @@ def _ca_der(args: argparse.Namespace) -> bytes | None:
     if not args.broker_ca:
         return None
     from dpsense.cloud.errors import UsageError
-    from dpsense.cloud.tls import der_of
+    from dpsense.cloud.deploy.tls import der_of
     try:
         return der_of(Path(args.broker_ca))
     except (OSError, UsageError) as e:

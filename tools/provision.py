@@ -156,7 +156,7 @@ def add_device_account(data_dir: str | Path, device_id: int) -> str:
     nowhere in clear: the caller puts it in the board's config or hands it to the gateway.
     A running broker re-reads its accounts; its mosquitto.conf (listener, TLS) is untouched.
     """
-    from dpsense.cloud.broker import Broker
+    from dpsense.cloud.deploy.broker import Broker
     _, password = Broker(data_dir).add_device(device_id)
     return password
 
@@ -172,7 +172,7 @@ def write_ca(repl: RawRepl | None, der: bytes, folder: Path | None = None) -> tu
 
 
 def _loopback(host: str) -> bool:
-    from dpsense.cloud.broker import is_loopback
+    from dpsense.cloud.deploy.broker import is_loopback
     return is_loopback(host)
 
 
@@ -328,7 +328,7 @@ def write_config(repl: RawRepl | None, cfg: dict[str, Any], folder: Path | None 
         (folder / name).write_bytes(data)
         os.chmod(folder / name, 0o600)
         if key_path:
-            from dpsense.cloud.files import write_private
+            from dpsense.cloud.deploy.files import write_private
             write_private(folder / key_path, seal_key or b"")
         for path, content in ledgers.items():
             (folder / path).write_bytes(content)

@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from dpsense.cloud.errors import RoundError, UsageError
-from dpsense.cloud.files import write_private
+from dpsense.cloud.deploy.files import write_private
 from dpsense.protocol.noise import DiscreteLaplace, scale_for
 
 CODES = ("no_window", "small_window", "small_presumed", "subset", "overlap", "repeated", "missing")

@@ -47,9 +47,9 @@ from typing import Any
 from cryptography.hazmat.primitives import constant_time, hashes, hmac
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from dpsense.cloud import topics
+from dpsense.cloud.transport import topics
 from dpsense.cloud.errors import UsageError
-from dpsense.cloud.files import folder_owner, private_dir, write_private
+from dpsense.cloud.deploy.files import folder_owner, private_dir, write_private
 from dpsense.cloud.storage.repository import Correction, DeadLetter
 from dpsense.protocol import seal, wire
 

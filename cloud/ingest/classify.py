@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from dpsense.cloud import topics
+from dpsense.cloud.transport import topics
 from dpsense.cloud.storage.repository import Correction, DeadLetter, Reading
 from dpsense.protocol import wire
 from dpsense.protocol.wire import ProtocolError

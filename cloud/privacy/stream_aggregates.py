@@ -7,10 +7,10 @@
             print(w.start, w.n, w.rows[0].value, w.rows[0].lo, w.rows[0].hi)
 
 Windows are tumbling intervals of arrival time aligned on the epoch (as the analyst's time
-windows, cloud/windows.py); a reading belongs to the window holding its arrival. Only readings
+windows, cloud/analyst/windows.py); a reading belongs to the window holding its arrival. Only readings
 with the profile's column count and ``config_id`` are used (their noise law is the profile's);
 the others are counted in ``set_apart``. The estimators are cloud/privacy/aggregate.py's: values
-are de-scaled with the profile's quantum (its map is the identity on quanta, cloud/profile.py).
+are de-scaled with the profile's quantum (its map is the identity on quanta, cloud/deploy/profile.py).
 
 Privacy: no budget is spent. The analyst holds these readings as released, each epsilon-DP
 towards it per column (the board's ledger charged them when they were sent); every number
@@ -28,7 +28,7 @@ import numpy as np
 from .aggregate import NO_BUDGET, Estimate, NoiseLaw, count_between, mean, quantile, total
 
 if TYPE_CHECKING:
-    from dpsense.cloud.profile import DeviceProfile
+    from dpsense.cloud.deploy.profile import DeviceProfile
     from dpsense.cloud.storage import AnalystStore
 
 __all__ = ["NO_BUDGET", "STATS", "Row", "Stat", "WindowAggregate", "aggregate", "default_edges", "parse_stat"]

@@ -1,4 +1,5 @@
-"""Storage for the analyst and the correction server: SQLite by default, PostgreSQL to scale out.
+"""Storage: the analyst's and the correction server's stores, SQLite by default, PostgreSQL to scale out.
+May import: no other role.
 
     analyst = open_analyst_store("sqlite:///var/dpsense/analyst.db")        # relative path
     cs = open_correction_store("postgresql://cs@db.example:5432/corrections")

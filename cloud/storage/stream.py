@@ -102,7 +102,7 @@ POSTGRES_V2 = (
     "CREATE TABLE counters (name text PRIMARY KEY, value double precision NOT NULL)",
 )
 
-# Fields of a board's status message the analyst keeps (firmware/app.py, cloud/gateway.py);
+# Fields of a board's status message the analyst keeps (firmware/app.py, cloud/transport/gateway/);
 # anything else in a status message is dropped, so nothing a board adds by mistake is stored.
 STATUS_FIELDS = ("event", "device", "boot", "board", "entropy", "eps_record", "eps_record_worst", "window",
                  "spent", "cap", "withheld", "released", "dropped", "pending", "sensor", "mem_free")

@@ -12,7 +12,7 @@ import pytest
 from dpsense.cloud.cli import main
 from dpsense.cloud.privacy.aggregate import NoiseLaw, count_between, mean, quantile, sum_halfwidth
 from dpsense.cloud.privacy.stream_aggregates import Stat, aggregate, parse_stat
-from dpsense.cloud.profile import DeviceProfile, save_profile
+from dpsense.cloud.deploy.profile import DeviceProfile, save_profile
 from dpsense.cloud.storage import Reading, open_analyst_store
 from dpsense.protocol.rng import XorShift32
 

@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dpsense.cloud import cli, results
-from dpsense.cloud.dashboard.data import RATE_WINDOW_S, StoreSource
-from dpsense.cloud.dashboard.server import DashboardServer, is_loopback
+from dpsense.cloud import cli
+
+from dpsense.cloud.ops import results
+from dpsense.cloud.ops.dashboard.data import RATE_WINDOW_S, StoreSource
+from dpsense.cloud.ops.dashboard.server import DashboardServer, is_loopback
 from dpsense.cloud.storage import DeadLetter, DeviceStatus, Reading, StorageError, Verdict, open_analyst_store
 from dpsense.cloud.storage.records import WindowOutcome
 

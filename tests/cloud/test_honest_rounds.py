@@ -176,7 +176,7 @@ def test_status_prints_the_round_ledger(tmp_path, capsys):
 
 
 def _analyst_and_server(policy, table=None, **params):
-    from dpsense.cloud.analyst import AnalystParams
+    from dpsense.cloud.analyst.service import AnalystParams
     from tests.cloud.roundkit import Exact
     from tests.cloud.test_correction_service import _analyst, _fleet, _Loop, _window_store
     xp, tokens, full, c, outlier = _fleet()
@@ -198,7 +198,7 @@ def test_a_window_the_server_finds_too_small_completes_uncorrected():
 
 
 def test_missing_records_hold_the_window_until_the_hold_time_is_over():
-    from dpsense.cloud.analyst import RoundHeld
+    from dpsense.cloud.analyst.service import RoundHeld
     drop = lambda tokens, full: {t: d for i, (t, d) in enumerate(full.items()) if i % 10}  # noqa: E731
     a, store, w = _analyst_and_server(RoundPolicy(), table=drop, max_hold=600.0)
     with pytest.raises(RoundHeld, match="no correction record"):
@@ -234,7 +234,7 @@ def _secure(rounds, rid, window, tokens, dist, **kw):
     """One mode-secure round in-process; the reply to secure-open if it is an error, else R."""
     import base64
 
-    from dpsense.cloud.correction.secure import BITS, Evaluator
+    from dpsense.cloud.correction.mpc.secure import BITS, Evaluator
     ev = Evaluator(dist)
     body = dict(tokens=msg.tokens_field(tokens), bits=BITS, a=base64.b64encode(ev.open()).decode())
     if window is not None:
@@ -249,7 +249,7 @@ def _secure(rounds, rid, window, tokens, dist, **kw):
 
 
 def test_secure_rounds_follow_the_honest_rules_on_noisy_d_diff():
-    from dpsense.cloud.correction.secure import candidates
+    from dpsense.cloud.correction.mpc.secure import candidates
     rng = np.random.default_rng(5)
     tokens = [rng.bytes(8) for _ in range(300)]
     d = rng.integers(-30, 30, 300)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from dpsense.cloud import cli
-from dpsense.cloud.experiments.paper4 import (
+from dpsense.cloud.sim.experiments.paper4 import (
     Paper4Config, gumbel_top_h, markdown1, markdown2, run_scenario1, run_scenario2, summarise1, summarise2)
 from dpsense.cloud.privacy.subspaces import selection_probabilities
 

@@ -13,7 +13,7 @@ from dpsense.cloud.correction.sealed import (DeviceKeys, KeyStore, ReplayGuard, 
                                              SealedStore, open_record)
 from dpsense.cloud.errors import UsageError
 from dpsense.cloud.storage.repository import Correction, DeadLetter
-from dpsense.cloud.topics import CORRECTIONS
+from dpsense.cloud.transport.topics import CORRECTIONS
 from dpsense.protocol import seal, wire
 from tests import vectors
 

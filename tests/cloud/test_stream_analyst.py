@@ -14,15 +14,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dpsense.cloud import topics
-from dpsense.cloud.analyst import Analyst, AnalystParams
+from dpsense.cloud.transport import topics
+from dpsense.cloud.analyst.service import Analyst, AnalystParams
 from dpsense.cloud.correction import messages as msg
 from dpsense.cloud.correction.rules import CorrectionParams
 from dpsense.cloud.correction.server import CorrectionRounds
-from dpsense.cloud.ingest.service import Connection
+from dpsense.cloud.transport.session import Connection
 from dpsense.cloud.storage import AnalystStore, Reading, open_analyst_store
 from tests.cloud.roundkit import LOOSE, Exact, Wire
-from dpsense.cloud.windows import WindowSpec
+from dpsense.cloud.analyst.windows import WindowSpec
 
 MIN_SAMPLES = 10            # floor: 20 readings
 

@@ -9,8 +9,8 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from dpsense.cloud import topics
-from dpsense.cloud.broker import Broker, BrokerError, free_port
+from dpsense.cloud.transport import topics
+from dpsense.cloud.deploy.broker import Broker, BrokerError, free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
                                 reason="Debian package 'mosquitto' is not installed")

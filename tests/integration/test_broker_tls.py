@@ -1,4 +1,4 @@
-"""MQTT over TLS end to end: the lab CA of cloud/tls.py, Mosquitto's TLS listener, the
+"""MQTT over TLS end to end: the lab CA of cloud/deploy/tls.py, Mosquitto's TLS listener, the
 ingest and the simulator as TLS clients, and the refusal of a broker the CA did not sign.
 
 All on loopback: the server certificate names ``localhost`` and 127.0.0.1, the names the
@@ -19,8 +19,10 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from dpsense.cloud import tls, topics
-from dpsense.cloud.broker import Broker, free_port
+from dpsense.cloud.deploy import tls
+
+from dpsense.cloud.transport import topics
+from dpsense.cloud.deploy.broker import Broker, free_port
 from dpsense.cloud.storage import open_analyst_store
 from dpsense.protocol import wire
 

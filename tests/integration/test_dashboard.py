@@ -27,15 +27,17 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dpsense.cloud import results, topics
-from dpsense.cloud.broker import Broker, free_port
-from dpsense.cloud.config import Settings
-from dpsense.cloud.dashboard.data import MAX_POINTS, StoreSource
-from dpsense.cloud.dashboard.server import DashboardServer
-from dpsense.cloud.datasets import paper1_synthetic
-from dpsense.cloud.profile import calibrate
+from dpsense.cloud.ops import results
+
+from dpsense.cloud.transport import topics
+from dpsense.cloud.deploy.broker import Broker, free_port
+from dpsense.cloud.deploy.config import Settings
+from dpsense.cloud.ops.dashboard.data import MAX_POINTS, StoreSource
+from dpsense.cloud.ops.dashboard.server import DashboardServer
+from dpsense.cloud.sim.datasets import paper1_synthetic
+from dpsense.cloud.sim.calibration import calibrate
 from dpsense.cloud.correction.sealed import provision_keys
-from dpsense.cloud.simulate import Encoded, FleetEncoder, FleetPublisher
+from dpsense.cloud.sim.simulate import Encoded, FleetEncoder, FleetPublisher
 from dpsense.cloud.storage import Reading, Verdict, open_analyst_store
 from dpsense.cloud.storage.records import WindowOutcome
 from tests.integration.procs import stop

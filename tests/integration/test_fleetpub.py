@@ -1,4 +1,4 @@
-"""cloud/fleetpub.py against a real broker: every record arrives once, in each device's order, under
+"""cloud/sim/fleetpub.py against a real broker: every record arrives once, in each device's order, under
 its own account, from worker processes; a refused account is one clear error, not a hang."""
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from dpsense.cloud import topics
-from dpsense.cloud.broker import Broker, free_port
-from dpsense.cloud.config import Settings
-from dpsense.cloud.fleetpub import FleetPublisher
-from dpsense.cloud.simulate import Encoded
+from dpsense.cloud.transport import topics
+from dpsense.cloud.deploy.broker import Broker, free_port
+from dpsense.cloud.deploy.config import Settings
+from dpsense.cloud.sim.fleetpub import FleetPublisher
+from dpsense.cloud.sim.simulate import Encoded
 from dpsense.protocol import wire
 
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,

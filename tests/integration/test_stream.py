@@ -23,8 +23,8 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from dpsense.cloud import topics
-from dpsense.cloud.broker import Broker, free_port
+from dpsense.cloud.transport import topics
+from dpsense.cloud.deploy.broker import Broker, free_port
 from dpsense.cloud.cli import main
 from dpsense.cloud.storage import AnalystStore, open_analyst_store
 from tests.integration import procs

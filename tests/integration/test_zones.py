@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dpsense.cloud.broker import Broker, free_port
+from dpsense.cloud.deploy.broker import Broker, free_port
 from dpsense.cloud.storage import open_analyst_store, open_correction_store
 from tests.integration import procs
 from tests.integration.procs import stop

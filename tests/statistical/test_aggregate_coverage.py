@@ -192,7 +192,7 @@ def test_the_whole_path_board_noise_store_api_covers_at_the_stated_rate() -> Non
     window: the mean interval (physical units) covers the raw mean within 95 % +- 1.6 %, the
     threshold share and the histogram bins at least 95 % - 1.6 %."""
     from dpsense.cloud.privacy.stream_aggregates import Stat, aggregate
-    from dpsense.cloud.profile import DeviceProfile
+    from dpsense.cloud.deploy.profile import DeviceProfile
     from dpsense.cloud.storage import Reading, open_analyst_store
     from dpsense.protocol.rng import XorShift32
 

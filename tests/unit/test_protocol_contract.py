@@ -6,10 +6,10 @@ import json
 import pathlib
 import re
 
-from dpsense.cloud import topics
-from dpsense.cloud.broker import _acl_text
-from dpsense.cloud.devices import MAX_STATUS_BYTES, classify_status
-from dpsense.cloud.gateway.relay import Gateway
+from dpsense.cloud.transport import topics
+from dpsense.cloud.deploy.broker import _acl_text
+from dpsense.cloud.analyst.devices import MAX_STATUS_BYTES, classify_status
+from dpsense.cloud.transport.gateway.relay import Gateway
 from dpsense.cloud.ingest.classify import classify_correction, classify_reading
 from dpsense.cloud.storage import open_analyst_store, open_correction_store
 from dpsense.cloud.storage.repository import DeadLetter, Gap

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dpsense.cloud import cli
-from dpsense.cloud.config import Settings
+from dpsense.cloud.deploy.config import Settings
 from dpsense.cloud.correction.sealed import KeyStore, provision_keys
 from dpsense.cloud.storage import open_analyst_store, open_correction_store
 from dpsense.cloud.storage.repository import DeadLetter, group_reasons
@@ -54,7 +54,7 @@ def test_the_single_folder_layout_keeps_its_keys_with_the_analyst(tmp_path, caps
     monkeypatch.setenv("DPSENSE_BROKER_PASSWORD", "x")
     monkeypatch.delenv("DPSENSE_CORRECTION_DIR", raising=False)
     provision_keys(tmp_path, [1])
-    from dpsense.cloud.broker import free_port
+    from dpsense.cloud.deploy.broker import free_port
     assert cli.main(["analyst", "--data-dir", str(tmp_path), "--broker-port", str(free_port())]) == 2
     assert "correction keys" not in _one_line(capsys)
 
@@ -176,7 +176,7 @@ def test_reasons_group_by_kind_most_first():
 
 @as_root
 def test_device_accounts_made_by_root_stay_readable_by_the_brokers_user(tmp_path):
-    from dpsense.cloud.broker import Broker
+    from dpsense.cloud.deploy.broker import Broker
     a = tmp_path / "a"
     a.mkdir()
     nobody = pwd.getpwnam("nobody")

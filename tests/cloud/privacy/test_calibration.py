@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from dpsense.cloud import cli
-from dpsense.cloud.datasets import paper1_synthetic
+from dpsense.cloud.sim.datasets import paper1_synthetic
 from dpsense.cloud.privacy.accountant import BudgetAccountant, BudgetError
 from dpsense.cloud.privacy.calibration import CalibrationShares, dp_calibrate, dp_mean, dp_quantile
-from dpsense.cloud.profile import DeviceProfile, calibrate, load_profile
+from dpsense.cloud.deploy.profile import DeviceProfile, load_profile
+from dpsense.cloud.sim.calibration import calibrate
 
 
 def _untouchable():
