@@ -400,3 +400,28 @@ def test_every_metric_the_alert_rules_name_is_exported(served: DashboardServer) 
     families = list(text_string_to_metric_families(body))
     exported = {f.name for f in families} | {s.name for f in families for s in f.samples}
     assert len(named) >= 6 and named <= exported, named - exported
+
+
+def test_aggregates_are_null_without_a_profile_and_parameters_are_checked(served: DashboardServer,
+                                                                         tmp_path: Path) -> None:
+    assert json.loads(_request(served, "/api/aggregates?column=0")[2])["aggregates"] is None
+    for bad in ("column=x", "window=0", "window=700&span=600", "span=99999999999"):
+        assert _request(served, "/api/aggregates?" + bad)[0] == 400, bad
+
+
+def test_aggregates_per_group_from_the_profile(url: str, tmp_path: Path) -> None:
+    """With a profile (two columns, quantum 1), each group's windows of the fixture: device 1's
+    readings 200 s ago and devices 2 and 3's 10 s ago fall in two 600 s windows at most."""
+    from dpsense.cloud.cli.commands.dashboard import mean_bands
+    from dpsense.cloud.deploy.profile import DeviceProfile, save_profile
+    save_profile(tmp_path, DeviceProfile(quantum=1.0, domain=10_000.0, delta_q=(10, 10), epsilon="1",
+                                         centre_q=(0, 0)))
+    src = StoreSource(lambda: open_analyst_store(url), min_interval=0, cost_share=None, clock=lambda: NOW,
+                      aggregator=mean_bands(tmp_path))
+    a = src.aggregates(0, 600.0, 3600.0)
+    assert a is not None and a.columns == 2 and sorted(a.groups) == ["default", "hall-a"]
+    assert sum(b.n for b in a.groups["default"]) == 7 and sum(b.n for b in a.groups["hall-a"]) == 7
+    assert all(b.lo <= b.value <= b.hi for bs in a.groups.values() for b in bs)
+    assert "spends no privacy budget" in a.note
+    with pytest.raises(ValueError, match="column must be in 0..1"):
+        src.aggregates(2, 600.0, 3600.0)

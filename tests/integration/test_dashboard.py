@@ -290,6 +290,22 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
                                ("t-duplicates", metrics.duplicates), ("t-windows", metrics.windows_closed),
                                ("t-failed", metrics.rounds_failed), ("t-gaps", metrics.gaps)):
                 assert driver.find_element(By.CSS_SELECTOR, "#%s .v" % tile).text.replace(",", "") == str(want), tile
+            # Each group's mean per window with its band: the page draws what /api/aggregates says,
+            # and that is dpsense aggregate's estimate over the same windows.
+            bands = _wait("the means per group",
+                          lambda: int(driver.find_element(By.ID, "agg-note").get_attribute("data-bands") or 0), 60)
+            with urllib.request.urlopen(base + "api/aggregates?column=0", timeout=30) as r:
+                agg = json.loads(r.read())["aggregates"]
+            assert bands == sum(len(v) for v in agg["groups"].values()) > 0
+            assert sorted(agg["groups"]) == sorted(set(GROUPS.values()))
+            assert len(driver.find_elements(By.CSS_SELECTOR, "#agg polygon.band")) == len(agg["groups"])
+            from dpsense.cloud.privacy.stream_aggregates import Stat, aggregate
+            with open_analyst_store(url) as s:
+                for g, bs in agg["groups"].items():
+                    want = aggregate(s, profile, group=g, window_s=agg["window_s"], since=bs[0]["start"],
+                                     until=bs[-1]["end"], column=0, stat=Stat("mean"))
+                    assert [(w.n, w.rows[0].lo, w.rows[0].hi) for w in want] == [(b["n"], b["lo"], b["hi"]) for b in bs]
+            assert "spends no privacy budget" in driver.find_element(By.ID, "agg-note").text
             # A script error or a Content-Security-Policy violation shows up here.
             assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
             out = ROOT / "out" / "dashboard"
@@ -311,6 +327,9 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
             assert value["dpsense_round_latency_seconds_sum"] == pytest.approx(metrics.round_seconds_total)
             assert (value["dpsense_readings_stored_total"], value["dpsense_dead_letters_total"]) == (N - 1, 1)
             assert value["dpsense_round_latency_seconds_count"] == DONE_WINDOWS
+            means = {(s.labels["group"], s.labels["column"]): s.value for f in text_string_to_metric_families(text)
+                     for s in f.samples if s.name == "dpsense_group_mean"}
+            assert {c for _, c in means} == {"0", "1"} and {g for g, _ in means} == set(GROUPS.values())
         finally:
             if driver is not None:
                 driver.quit()

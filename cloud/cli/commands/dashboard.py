@@ -10,6 +10,7 @@ from urllib.parse import unquote, urlsplit
 from dpsense.cloud.cli.commands.common import examples, settings_from, stop_on_sigterm
 
 if TYPE_CHECKING:
+    from dpsense.cloud.ops.dashboard.data import Aggregates, Aggregator
     from dpsense.cloud.ops.dashboard.server import DashboardServer
     from dpsense.cloud.storage.repository import AnalystStore
 
@@ -47,7 +48,7 @@ def do_dashboard(args: argparse.Namespace) -> int:
     if not is_loopback(args.host):
         print("dpsense dashboard: warning: listening on %s: the page has no authentication, anyone who can "
               "reach this address can read it" % args.host, file=sys.stderr, flush=True)
-    source = StoreSource(_opener(st.analyst_db, sqlite_path))
+    source = StoreSource(_opener(st.analyst_db, sqlite_path), aggregator=mean_bands(Path(st.data_dir)))
     try:
         server = DashboardServer((args.host, port), source, store_label=st.analyst_db, refresh_s=refresh)
     except OSError as e:
@@ -74,6 +75,32 @@ def _serve(server: "DashboardServer") -> int:
     server.server_close()
     thread.join(5)
     return 0
+
+
+def mean_bands(data_dir: Path) -> "Aggregator":
+    """The page's aggregates: each group's mean of a column per window, with its 95% interval,
+    from ``dpsense aggregate``'s estimators and the profile in ``data_dir`` (read at each call,
+    so a new calibration shows at the next refresh). Spends no privacy budget."""
+    from dpsense.cloud.deploy.profile import load_profile
+    from dpsense.cloud.ops.dashboard.data import Aggregates, Band
+    from dpsense.cloud.privacy.stream_aggregates import NO_BUDGET, Stat, aggregate
+    from dpsense.cloud.storage import DEFAULT_GROUP
+
+    def bands(store: "AnalystStore", column: int, window_s: float, since: float, until: float) -> "Aggregates | None":
+        profile = load_profile(data_dir)
+        if profile is None:
+            return None
+        m = len(profile.delta_q)
+        if not 0 <= column < m:
+            raise ValueError("column must be in 0..%d (the profile has %d columns)" % (m - 1, m))
+        groups: dict[str, list[Band]] = {}
+        for g in sorted(set(store.device_groups().values()) | {DEFAULT_GROUP}):
+            ws = aggregate(store, profile, group=g, window_s=window_s, since=since, until=until, column=column,
+                           stat=Stat("mean"))
+            if ws:
+                groups[g] = [Band(w.start, w.end, w.n, w.rows[0].value, w.rows[0].lo, w.rows[0].hi) for w in ws]
+        return Aggregates(column, m, window_s, 0.95, groups, NO_BUDGET)
+    return bands
 
 
 def _opener(url: str, sqlite_path: str | None) -> "Callable[[], AnalystStore]":

@@ -26,12 +26,19 @@ from dpsense.cloud.ops import results
 from dpsense.cloud.ops.results import DeviceRow, Event, WindowRecord
 from dpsense.cloud.storage.repository import AnalystStore
 
-__all__ = ["MAX_POINTS", "RATE_WINDOW_S", "SHOWN_STATES", "DashboardSource", "DeviceRow", "Event", "Point",
+__all__ = ["AGGREGATE_SPAN_S", "AGGREGATE_WINDOW_S", "MAX_POINTS", "RATE_WINDOW_S", "SHOWN_STATES", "Aggregates", "Aggregator", "Band", "DashboardSource",
+           "DeviceRow", "Event", "Point",
            "StoreSource", "Summary", "WindowCandidates", "WindowRecord"]
 
 RATE_WINDOW_S = 60
 """The ingest rate is the growth of the stored-readings counter since the latest refresh at least this
 many seconds ago (or since the first refresh), per second."""
+
+AGGREGATE_WINDOW_S = 600
+"""The page's and the metrics' aggregate window: a mean per 10 minutes (the page shows the last
+``AGGREGATE_SPAN_S``)."""
+
+AGGREGATE_SPAN_S = 24 * 3600
 
 MAX_POINTS = 5000
 """At most this many candidates, removed false positives and context readings per window."""
@@ -60,6 +67,37 @@ class Summary:
     readings_carried: int           # readings of windows below the minimum, each time carried
     candidates: int                 # candidates over every done window
     rate: float | None              # readings stored per second; None until two refreshes apart
+
+
+@dataclass(frozen=True)
+class Band:
+    """One time window's mean of a column in physical units, with its interval: an estimate
+    from the released readings (``dpsense aggregate``), which spends no privacy budget."""
+
+    start: float
+    end: float
+    n: int
+    value: float
+    lo: float
+    hi: float
+
+
+@dataclass(frozen=True)
+class Aggregates:
+    """Per group, the windows' ``Band`` of one column, oldest first; ``note`` says why there is
+    nothing (no profile yet) or what the numbers are (the no-budget statement)."""
+
+    column: int
+    columns: int
+    window_s: float
+    level: float
+    groups: dict[str, list[Band]]
+    note: str
+
+
+# (store, column, window_s, since, until) -> Aggregates, or None when there is no profile: the
+# caller (the dashboard command) wires the estimators and the profile in.
+Aggregator = Callable[[AnalystStore, int, float, float, float], "Aggregates | None"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +142,10 @@ class DashboardSource(Protocol):
     def backlog(self) -> list[results.Backlog]:
         """Per group: readings not in a window yet, windows awaiting their verdict."""
 
+    def aggregates(self, column: int, window_s: float, span_s: float) -> Aggregates | None:
+        """Each group's mean of ``column`` per window of ``window_s`` over the last ``span_s``
+        seconds, with intervals; None when the source has no aggregator or no profile."""
+
     def dead_letter_reasons(self) -> dict[str, int]:
         """Dead-lettered messages per kind of reason (``results.dead_letter_reasons``)."""
 
@@ -129,10 +171,12 @@ class StoreSource:
     _DETAIL_CACHE = 8
 
     def __init__(self, open_store: Callable[[], AnalystStore], *, min_interval: float = 0.5,
-                 cost_share: float | None = 0.1, clock: Callable[[], float] = time.time) -> None:
+                 cost_share: float | None = 0.1, clock: Callable[[], float] = time.time,
+                 aggregator: Aggregator | None = None) -> None:
         if cost_share is not None and not 0 < cost_share <= 1:
             raise ValueError("cost_share must be in (0, 1] or None, got %r" % (cost_share,))
         self._open = open_store
+        self._aggregator = aggregator
         self._min_interval = min_interval
         self._cost_share = cost_share
         self._clock = clock
@@ -156,6 +200,17 @@ class StoreSource:
     def devices(self) -> list[DeviceRow]:
         with self._lock:
             return self._cached("devices", lambda: self._read(results.devices))
+
+    def aggregates(self, column: int, window_s: float, span_s: float) -> Aggregates | None:
+        if not (window_s >= 1 and span_s >= window_s):
+            raise ValueError("need window >= 1 s and span >= window")
+        agg = self._aggregator
+        if agg is None:
+            return None
+        now = self._clock()
+        with self._lock:
+            return self._cached("aggregates:%d:%g:%g" % (column, window_s, span_s), lambda: self._read(
+                lambda s: agg(s, column, window_s, now - span_s, now + 1)))
 
     def backlog(self) -> list[results.Backlog]:
         with self._lock:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from .data import DashboardSource
+from .data import AGGREGATE_WINDOW_S, DashboardSource
 
 
 class SourceCollector(Collector):
@@ -102,6 +102,28 @@ class SourceCollector(Collector):
         for reason, n in sorted(src.dead_letter_reasons().items()):
             dead.add_metric([reason], float(n))
         yield dead
+        yield from self._means()
+
+    def _means(self) -> Iterator[Metric]:
+        """Each group's mean per column over its latest aggregate window with readings, and the
+        95% interval: estimates from released readings, no privacy budget spent."""
+        src = self._source
+        fam = {k: GaugeMetricFamily(name, doc, labels=["group", "column"]) for k, name, doc in (
+            ("value", "dpsense_group_mean", "Mean of the column over the group's latest %d s window with "
+             "readings, in physical units, estimated from the released readings (no privacy budget spent)."
+             % AGGREGATE_WINDOW_S),
+            ("lo", "dpsense_group_mean_lower", "Lower end of that mean's 95% interval."),
+            ("hi", "dpsense_group_mean_upper", "Upper end of that mean's 95% interval."),
+            ("n", "dpsense_group_mean_readings", "Readings that mean is computed from."))}
+        first = src.aggregates(0, AGGREGATE_WINDOW_S, 2 * AGGREGATE_WINDOW_S)
+        if first is not None:
+            for c in range(first.columns):
+                a = first if c == 0 else src.aggregates(c, AGGREGATE_WINDOW_S, 2 * AGGREGATE_WINDOW_S)
+                for g, bands in sorted((a.groups if a is not None else {}).items()):
+                    last = bands[-1]
+                    for k, f in fam.items():
+                        f.add_metric([g, str(c)], float(getattr(last, k)))
+        yield from fam.values()
 
 
 def metrics_registry(source: DashboardSource) -> CollectorRegistry:

@@ -47,6 +47,12 @@ ul.legend { list-style: none; padding: 0; margin: 6px 0; }
 ul.legend li { margin: 2px 0; }
 ul.legend svg { vertical-align: middle; margin-right: 6px; }
 #cand-wrap { max-height: 440px; overflow-y: auto; }
+#agg { background: #fff; border: 1px solid #d5d8dc; }
+#agg .axis { stroke: #566573; stroke-width: 1; }
+#agg .grid { stroke: #eaeded; stroke-width: 1; }
+#agg text { font-size: 11px; fill: #1c2833; }
+#agg .band { fill-opacity: 0.18; stroke: none; }
+#agg .mean { fill: none; stroke-width: 1.6; }
 select { font: inherit; }
 """
 
@@ -312,6 +318,75 @@ function drawPlot(c) {
   ]);
 }
 
+const AGG = {w: 720, h: 300, left: 84, right: 16, top: 16, bottom: 40};
+const GROUP_COLORS = ["#2471a3", "#c0392b", "#229954", "#7d3c98", "#d68910", "#17a589"];
+let aggCol = 0;
+
+function drawAggregates(a) {
+  const svg = document.getElementById("agg");
+  const note = document.getElementById("agg-note");
+  const legend = document.getElementById("agg-legend");
+  if (a === null) {
+    svg.replaceChildren();
+    legend.replaceChildren();
+    note.textContent = "No device profile in the data dir yet: the means need its noise law.";
+    return;
+  }
+  const pick = document.getElementById("agg-col");
+  if (pick.options.length !== a.columns) {
+    pick.replaceChildren(...Array.from({length: a.columns}, (_, i) => el("option", {value: i}, "column " + (i + 1))));
+  }
+  pick.value = String(a.column);
+  const groups = Object.keys(a.groups).sort();
+  const all = groups.flatMap((g) => a.groups[g]);
+  note.textContent = all.length === 0 ? "No readings in the last day." :
+    "Mean of column " + (a.column + 1) + " per " + (a.window_s / 60) + " min with its " + Math.round(a.level * 100) +
+    "% interval, per group, in physical units: " + a.note + ".";
+  note.dataset.bands = String(all.length);
+  if (all.length === 0) { svg.replaceChildren(); legend.replaceChildren(); return; }
+  const t0 = Math.min(...all.map((b) => b.start)), t1 = Math.max(...all.map((b) => b.end));
+  const [y0, y1] = extent(all.flatMap((b) => [b.lo, b.hi]));
+  const W = AGG.w - AGG.left - AGG.right, H = AGG.h - AGG.top - AGG.bottom;
+  const sx = (t) => AGG.left + (t - t0) / ((t1 - t0) || 1) * W;
+  const sy = (v) => AGG.top + H - (v - y0) / (y1 - y0) * H;
+  const g = [];
+  for (const t of niceTicks(y0, y1, 6)) {
+    g.push(el("svg:line", {class: "grid", x1: AGG.left, x2: AGG.left + W, y1: sy(t), y2: sy(t)}));
+    g.push(el("svg:text", {x: AGG.left - 6, y: sy(t) + 4, "text-anchor": "end"}, num(t)));
+  }
+  for (const t of [t0, (t0 + t1) / 2, t1]) {
+    g.push(el("svg:text", {x: sx(t), y: AGG.top + H + 16, "text-anchor": "middle"},
+              new Date(t * 1000).toLocaleTimeString()));
+  }
+  g.push(el("svg:line", {class: "axis", x1: AGG.left, x2: AGG.left + W, y1: AGG.top + H, y2: AGG.top + H}));
+  g.push(el("svg:line", {class: "axis", x1: AGG.left, x2: AGG.left, y1: AGG.top, y2: AGG.top + H}));
+  const items = [];
+  groups.forEach((name, i) => {
+    const color = GROUP_COLORS[i % GROUP_COLORS.length];
+    const bs = a.groups[name];
+    const xs = bs.map((b) => sx((b.start + b.end) / 2).toFixed(1));
+    const upper = bs.map((b, k) => xs[k] + "," + sy(b.hi).toFixed(1));
+    const lower = bs.map((b, k) => xs[k] + "," + sy(b.lo).toFixed(1)).reverse();
+    g.push(el("svg:polygon", {class: "band", fill: color, "data-group": name, points: upper.concat(lower).join(" ")}));
+    g.push(el("svg:polyline", {class: "mean", stroke: color, "data-group": name,
+                               points: bs.map((b, k) => xs[k] + "," + sy(b.value).toFixed(1)).join(" ")}));
+    bs.forEach((b, k) => {
+      const dot = el("svg:circle", {cx: xs[k], cy: sy(b.value).toFixed(1), r: 2.5, fill: color});
+      dot.append(el("svg:title", {}, name + ": " + b.value.toPrecision(4) + " [" + b.lo.toPrecision(4) + ", " +
+                    b.hi.toPrecision(4) + "] from " + num(b.n) + " readings"));
+      g.push(dot);
+    });
+    const sw = el("svg:svg", {width: 12, height: 12});
+    sw.append(el("svg:rect", {x: 0, y: 0, width: 12, height: 12, fill: color}));
+    const li = el("li");
+    li.append(sw, document.createTextNode("group " + name + ": latest " + bs[bs.length - 1].value.toPrecision(4) +
+                                          " from " + num(bs[bs.length - 1].n) + " readings"));
+    items.push(li);
+  });
+  svg.replaceChildren(...g);
+  legend.replaceChildren(...items);
+}
+
 async function showWindow() {
   const w = chosen === null ? latest : chosen;
   const key = w + ":" + xCol + ":" + yCol;
@@ -352,6 +427,7 @@ async function tick() {
     drawDevices(d.devices, d.now);
     drawEvents(e.events, e.now);
     await showWindow();
+    drawAggregates((await get("/api/aggregates?column=" + aggCol)).aggregates);
     const st = document.getElementById("status");
     st.textContent = "updated " + new Date(s.now * 1000).toLocaleTimeString() + ", every " +
       (REFRESH_MS / 1000) + " s";
@@ -368,6 +444,10 @@ async function tick() {
 document.getElementById("window-pick").addEventListener("change", (ev) => {
   chosen = ev.target.value === "latest" ? null : Number(ev.target.value);
   redrawChoice();
+});
+document.getElementById("agg-col").addEventListener("change", async (ev) => {
+  aggCol = Number(ev.target.value);
+  try { drawAggregates((await get("/api/aggregates?column=" + aggCol)).aggregates); } catch (e) { fail(e); }
 });
 for (const [id, set] of [["x-col", (v) => { xCol = v; }], ["y-col", (v) => { yCol = v; }]]) {
   document.getElementById(id).addEventListener("change", (ev) => { set(Number(ev.target.value)); redrawChoice(); });
@@ -430,6 +510,15 @@ the minimum)</span></div>
 <tbody></tbody>
 </table></div>
 </div>
+
+<h2>Means per group</h2>
+<p class="about">Estimated from the released readings alone, with intervals that account for the boards'
+exact noise law: these spend no privacy budget (docs/aggregate.md). <label>column
+<select id="agg-col"></select></label></p>
+<p id="agg-note">loading&hellip;</p>
+<div><svg id="agg" width="720" height="300" viewBox="0 0 720 300" role="img"
+ aria-label="each group's mean per window with its interval"></svg>
+<ul class="legend" id="agg-legend"></ul></div>
 
 <h2>Devices</h2>
 <p class="about">Epsilon as each board's ledger reported it in its latest status message: spent in its

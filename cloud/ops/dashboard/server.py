@@ -9,6 +9,9 @@
     GET /api/devices                        {"now": t, "devices": [...]}, epsilons as numbers
     GET /api/events?limit=N                 {"now": t, "events": [...]}, newest first
     GET /api/candidates?window=N[&group=G]  {"now": t, ...WindowCandidates}
+    GET /api/aggregates?column=C[&window=S&span=S]
+                                            {"now": t, "aggregates": {...} or null}: each group's
+                                            mean of column C per window, with its interval
     GET /metrics                            Prometheus text format
 
 Any other method is answered 405. Bound to a loopback address, the server also refuses
@@ -35,12 +38,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from dpsense.cloud.storage.repository import StorageError
 
 from . import page
-from .data import RATE_WINDOW_S, DashboardSource
+from .data import AGGREGATE_SPAN_S, AGGREGATE_WINDOW_S, RATE_WINDOW_S, DashboardSource
 from .metrics import metrics_registry
 
 MAX_WINDOWS = 500
 MAX_EVENTS = 100
-_STORE_PATHS = ("/metrics", "/api/summary", "/api/windows", "/api/devices", "/api/events", "/api/candidates")
+_STORE_PATHS = ("/metrics", "/api/summary", "/api/windows", "/api/devices", "/api/events", "/api/candidates",
+                "/api/aggregates")
+MAX_SPAN_S = 31 * 24 * 3600
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
@@ -145,6 +150,16 @@ class _Handler(BaseHTTPRequestHandler):
                                 % (window, " in group %s" % groups[0] if groups else ""))
                     return
                 self._json(_plain(found))
+            elif url.path == "/api/aggregates":
+                column = _whole(query, "column", 0)
+                window = _whole(query, "window", AGGREGATE_WINDOW_S)
+                span = _whole(query, "span", AGGREGATE_SPAN_S)
+                if column is None or window is None or span is None or not 1 <= window <= span <= MAX_SPAN_S:
+                    self._error(HTTPStatus.BAD_REQUEST, "give whole numbers: column, window (s) and span (s), "
+                                "1 <= window <= span <= %d" % MAX_SPAN_S)
+                    return
+                bands = self.server.source.aggregates(column, float(window), float(span))
+                self._json({"aggregates": None if bands is None else _plain(bands)})
             else:
                 self._error(HTTPStatus.NOT_FOUND, "no such page: %s" % url.path)
         except StorageError as e:
