@@ -182,3 +182,24 @@ def test_bad_parameters_are_refused(kw: dict[str, Any]) -> None:
     args.update(kw)
     with pytest.raises(ValueError):
         model_fit(**args)
+
+
+# -- the command --------------------------------------------------------------------------------------
+def test_the_command_prints_the_table_and_names_its_seeds(capsys: pytest.CaptureFixture[str]) -> None:
+    from dpsense.cloud import cli
+    assert cli.main(["experiment", "families", "--n", "1000", "--seeds", "7", "--epsilons", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| paper1 | 1 |" in out and "| ring | 1 |" in out
+    assert "seeds 7 (none of them tuned on)" in out
+
+
+@pytest.mark.parametrize("argv", [["--n", "10"], ["--seeds", "1.5"], ["--seeds", "7,7"], ["--epsilons", "0"]])
+def test_the_command_refuses_bad_arguments(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from dpsense.cloud import cli
+    try:
+        rc = cli.main(["experiment", "families"] + argv)
+    except SystemExit as e:           # argparse rejects types itself
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip()
