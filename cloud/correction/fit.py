@@ -36,7 +36,7 @@ Thresholds: ``max_shortfall`` 0.005 and ``max_added`` 0.10, checked on the tunin
 cloud/sim/experiments/families.py (``TUNING_SEEDS``) and reported on others (docs/accuracy.md).
 There, on paper 1's data R holds 500-502 readings of a window of 5,000 (e = 500, the check asks
 for 497.5) and adds at most 0.4 % of |O'|; two radial groups' R holds 468-486, the other
-families' a few dozen. ``max_added`` leaves room for outliers the noise pulled into the core
+families' at most 0.2 % of n. ``max_added`` leaves room for outliers the noise pulled into the core
 and stops an R that sweeps up normal readings beyond rho.
 """
 from __future__ import annotations
