@@ -27,7 +27,10 @@ a round is epsilon_A-DP on top of the released values (cloud/correction/honest.p
 tests/statistical/test_round_view.py). The server answers one round per window, whole, with at
 least ``min_window`` tokens (and ``min_presumed`` presumed outliers in mode paper); below that
 the analyst runs no round and R = O'. In mode paper a window whose O' already holds about the expected share of
-outliers gets no round (``rules.needs_round``): R = O'. A round needs the provisioned centre
+outliers gets no round (``rules.needs_round``): R = O'. After a round the analyst checks that the
+correction's radial model fits the window (cloud/correction/fit.py: R against O' and the expected
+``outlier_share``); where it does not, R = O', and the window's stored outcome (``fit``), an event
+and a log line say why. A round needs the provisioned centre
 (and in mode bands the band width), which the profile gives: an analyst started before
 profile.json exists holds its windows until it does (the log and the status say so).
 
@@ -57,6 +60,7 @@ from dpsense.cloud.correction import chunks
 from dpsense.cloud.correction import messages as msg
 from dpsense.cloud.correction.honest import UNCORRECTED
 from dpsense.cloud.correction.bands import make_bands
+from dpsense.cloud.correction.fit import model_fit
 from dpsense.cloud.correction.rules import needs_round, reduce_rows
 from dpsense.cloud.correction.mpc.secure import BITS, MAX_MESSAGE, Evaluator
 from dpsense.cloud.errors import RoundError
@@ -97,7 +101,8 @@ class AnalystParams:
     ``outlier_share * n`` (a negative margin never skips) or when ``|O'|`` is below
     ``min_presumed``; no round runs, in any mode, for a window below ``min_round`` readings (the
     correction server's policy, honest.py, refuses both; a refusal for size also completes the
-    window uncorrected).
+    window uncorrected). ``outlier_share`` is also what the model-fit check expects R to hold
+    (cloud/correction/fit.py).
     """
 
     eps_q: float
@@ -457,6 +462,10 @@ class Analyst:
                 self.log("analyst: window %d completes without a correction: %s" % (w.id, e))
                 skipped = True
                 r, fp, fn = presumed, np.empty(0, dtype=np.intp), np.empty(0, dtype=np.intp)
+        fit = None if skipped else model_fit(n, presumed, r, p.outlier_share)
+        if fit is not None and not fit.fits:
+            # The radial model does not fit this window: its R is not the outliers, keep O'.
+            r, fp, fn = presumed, np.empty(0, dtype=np.intp), np.empty(0, dtype=np.intp)
         detect_s, round_s = round(t_detect, 4), round(time.perf_counter() - t1, 4)
         missing = res.get("missing")
         missing = missing if isinstance(missing, int) and missing > 0 else 0
@@ -468,6 +477,10 @@ class Analyst:
                                 % (missing, n))
             note = ("window %d completed %.0f s after it closed with %d of %d readings lacking a correction "
                     "record; they were left out of the correction" % (w.id, now - w.closed_at, missing, n))
+        unfit = fit.reason if fit is not None and not fit.fits else None
+        if unfit is not None:
+            text = "window %d (group %s, %d readings): %s" % (w.id, w.group, n, unfit)
+            note = text if note is None else note + "; " + text
         decided = np.union1d(presumed, fn)
         in_p, in_fp, in_fn, in_r = (np.isin(decided, s) for s in (presumed, fp, fn, r))
         verdicts = [Verdict(w.id, w.group, int(m.row_ids[i]), int(m.device_ids[i]), int(m.boot_ids[i]),
@@ -485,9 +498,10 @@ class Analyst:
             "presumed_rows": [int(x) for x in m.row_ids[presumed]],
             "candidate_rows": [int(x) for x in m.row_ids[r]],
             "detect_s": detect_s, "round_s": round_s,
+            "fit": fit.as_dict() if fit is not None else None,
         }
         outcome = WindowOutcome(int(presumed.size), int(fp.size), int(np.setdiff1d(fn, presumed).size), int(r.size),
-                                missing, detect_s, round_s, now)
+                                missing, detect_s, round_s, now, unfit)
         result["set_apart"] = len(m.odd)
         store.complete_window(w.id, outcome, verdicts, result, note, m.odd)
         if note is not None:

@@ -12,7 +12,7 @@ and ``readings_after`` never skips a row committed late by a concurrent writer.
 A store object owns one connection; use it from one thread at a time (give each thread or
 process its own store object). The schema is created in the connection's current schema when
 the ``dpsense_schema`` table is missing; that table records which kind of store the database
-holds and the schema version, and a mismatch is an error; a schema-1 database is upgraded when
+holds and the schema version, and a mismatch is an error; an older database is upgraded when
 opened.
 """
 from __future__ import annotations
@@ -49,9 +49,9 @@ from .repository import (
     upgrade_dead_letters,
     values_matrix,
 )
-from .stream import POSTGRES_V2
+from .stream import POSTGRES_V2, POSTGRES_V4
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _SCHEMA_LOCK = 0x6470_7365_0000_0001    # advisory lock keys: "dpse" + a number
 _WRITE_LOCK = 0x6470_7365_0000_0002
 _WINDOW_LOCK = 0x6470_7365_0000_0003
@@ -92,7 +92,7 @@ _ANALYST_SQL = (
     )""",
     "CREATE TABLE meta (key text PRIMARY KEY, value text NOT NULL)",
     "CREATE TABLE results (window_id bigint PRIMARY KEY, payload jsonb NOT NULL)",
-) + _DEAD_LETTERS_SQL + POSTGRES_V2
+) + _DEAD_LETTERS_SQL + POSTGRES_V2 + POSTGRES_V4
 
 _CORRECTION_SQL = (
     """CREATE TABLE corrections (
@@ -175,10 +175,13 @@ class _PostgresDatabase:
                 return
             cur.execute("SELECT kind, version FROM dpsense_schema")
             rows = cur.fetchall()
-            if rows in ([(self._kind, 1)], [(self._kind, 2)]):
+            if rows in ([(self._kind, 1)], [(self._kind, 2)], [(self._kind, 3)]):
                 if rows[0][1] == 1:
                     self._upgrade_from_1(cur)
-                upgrade_dead_letters(cur, _DEAD_LETTERS_V3, "%s")
+                if rows[0][1] in (1, 2):
+                    upgrade_dead_letters(cur, _DEAD_LETTERS_V3, "%s")
+                if rows[0][1] in (2, 3):
+                    self._upgrade_to_4(cur)
                 cur.execute("UPDATE dpsense_schema SET version = %s", (SCHEMA_VERSION,))
                 rows = [(self._kind, SCHEMA_VERSION)]
         if len(rows) != 1:
@@ -210,6 +213,9 @@ class _PostgresDatabase:
 
     def _upgrade_from_1(self, cur: psycopg.Cursor[Any]) -> None:
         """Schema 1 -> 2; the correction store's tables did not change."""
+
+    def _upgrade_to_4(self, cur: psycopg.Cursor[Any]) -> None:
+        """Schema 2 or 3 -> 4; the correction store's tables did not change."""
 
     def _rows(self, action: str, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         conn = self._live()
@@ -270,9 +276,13 @@ class PostgresAnalystStore(_PostgresDatabase, AnalystStore):
             check_claim(cur, self.claimant, group, window, scoring)
 
     def _upgrade_from_1(self, cur: psycopg.Cursor[Any]) -> None:
-        for statement in POSTGRES_V2:
+        for statement in POSTGRES_V2 + POSTGRES_V4:
             cur.execute(statement)
         self._migrate_results(cur)
+
+    def _upgrade_to_4(self, cur: psycopg.Cursor[Any]) -> None:
+        for statement in POSTGRES_V4:
+            cur.execute(statement)
 
     def add_batch(self, readings: list[Reading], dead: list[DeadLetter]) -> int:
         rows = [(i, r.device_id, r.boot_id, r.seq, bytes(r.token), r.config_id, stored_values(r), r.topic,

@@ -34,6 +34,7 @@ class WindowRecord:
     detect_s: float | None
     round_s: float | None
     done_at: float | None
+    fit: str | None = None        # why the round's correction was not used (cloud/correction/fit.py)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class WindowOutcome:
     detect_s: float
     round_s: float
     done_at: float
+    fit: str | None = None        # the model-fit check's reason when the correction was not used
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ the same file: in WAL mode readers never block the one writer, and a writer wait
 
 The schema is created when the file is new. ``PRAGMA application_id`` says which kind of store
 a file holds and ``PRAGMA user_version`` its schema version; opening a file of the other kind,
-of a newer version or not made by dpsense is an error; a schema-1 file is upgraded when opened.
+of a newer version or not made by dpsense is an error; an older file is upgraded when opened.
 """
 from __future__ import annotations
 
@@ -47,9 +47,9 @@ from .repository import (
     upgrade_dead_letters,
     values_matrix,
 )
-from .stream import SQLITE_V2
+from .stream import SQLITE_V2, SQLITE_V4
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 10_000
 _APPLICATION_IDS = {"analyst": 0x64707341, "correction": 0x64707343}    # "dpsA", "dpsC"
 # Another connection held the lock for longer than BUSY_TIMEOUT_MS: a later retry may succeed.
@@ -101,7 +101,7 @@ _ANALYST_SQL = (
     )""",
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE results (window_id INTEGER PRIMARY KEY, payload TEXT NOT NULL)",
-) + _DEAD_LETTERS_SQL + SQLITE_V2
+) + _DEAD_LETTERS_SQL + SQLITE_V2 + SQLITE_V4
 
 _CORRECTION_SQL = (
     """CREATE TABLE corrections (
@@ -186,13 +186,16 @@ class _SqliteDatabase:
             kinds = {v: k for k, v in _APPLICATION_IDS.items()}
             what = "a dpsense %s store" % kinds[found_id] if found_id in kinds else "not a dpsense store"
             raise StorageError("%s is %s, not a %s store" % (self.path, what, self._kind))
-        if version in (1, 2):
+        if version in (1, 2, 3):
             with self._write("upgrade the schema to version %d" % SCHEMA_VERSION) as cur:
                 found = self._header()[1]
                 if found == 1:
                     self._upgrade_from_1(cur)
                 if found in (1, 2):
                     upgrade_dead_letters(cur, _DEAD_LETTERS_V3, "?")
+                if found in (2, 3):
+                    self._upgrade_to_4(cur)
+                if found in (1, 2, 3):
                     cur.execute("PRAGMA user_version = %d" % SCHEMA_VERSION)
             version = self._header()[1]
         if version != SCHEMA_VERSION:
@@ -231,6 +234,9 @@ class _SqliteDatabase:
 
     def _upgrade_from_1(self, cur: sqlite3.Cursor) -> None:
         """Schema 1 -> 2; the correction store's tables did not change."""
+
+    def _upgrade_to_4(self, cur: sqlite3.Cursor) -> None:
+        """Schema 2 or 3 -> 4; the correction store's tables did not change."""
 
     def _rows(self, action: str, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._translate(action):
@@ -300,9 +306,13 @@ class SqliteAnalystStore(_SqliteDatabase, AnalystStore):
         return added
 
     def _upgrade_from_1(self, cur: sqlite3.Cursor) -> None:
-        for statement in SQLITE_V2:
+        for statement in SQLITE_V2 + SQLITE_V4:
             cur.execute(statement)
         self._migrate_results(cur)
+
+    def _upgrade_to_4(self, cur: sqlite3.Cursor) -> None:
+        for statement in SQLITE_V4:
+            cur.execute(statement)
 
     @staticmethod
     def _conflicts(cur: sqlite3.Cursor, rows: list[tuple[Any, ...]]) -> list[int]:

@@ -102,6 +102,11 @@ POSTGRES_V2 = (
     "CREATE TABLE counters (name text PRIMARY KEY, value double precision NOT NULL)",
 )
 
+# Schema 3 -> 4: a done window says why its correction was not used (the model-fit check,
+# cloud/correction/fit.py); NULL: the correction was used, or no round ran.
+SQLITE_V4 = ("ALTER TABLE windows ADD COLUMN fit TEXT",)
+POSTGRES_V4 = ("ALTER TABLE windows ADD COLUMN fit text",)
+
 # Fields of a board's status message the analyst keeps (firmware/app.py, cloud/transport/gateway/);
 # anything else in a status message is dropped, so nothing a board adds by mistake is stored.
 STATUS_FIELDS = ("event", "device", "boot", "board", "entropy", "eps_record", "eps_record_worst", "window",
@@ -117,7 +122,7 @@ def _majority(widths: list[int]) -> int:
 
 
 _WINDOW_COLUMNS = ("id, grp, seq, kind, start_at, end_at, closed_at, n, state, attempts, round_id, last_error,"
-                   " presumed, removed_fp, added_fn, candidates, missing, detect_s, round_s, done_at")
+                   " presumed, removed_fp, added_fn, candidates, missing, detect_s, round_s, done_at, fit")
 _VERDICT_COLUMNS = ("win, grp, row_id, device_id, boot_id, seq, received_at, presumed, removed_fp, added_fn,"
                     " candidate")
 
@@ -453,10 +458,10 @@ class StreamTables(TokenListing):
                          " DO UPDATE SET payload = excluded.payload" % self._JSON_PARAM, (window, text))
             o = outcome
             self._x(cur, "UPDATE windows SET state = 'done', last_error = NULL, presumed = ?, removed_fp = ?,"
-                         " added_fn = ?, candidates = ?, missing = ?, detect_s = ?, round_s = ?, done_at = ?"
+                         " added_fn = ?, candidates = ?, missing = ?, detect_s = ?, round_s = ?, done_at = ?, fit = ?"
                          " WHERE id = ?",
                     (o.presumed, o.removed_fp, o.added_fn, o.candidates, o.missing, o.detect_s, o.round_s,
-                     o.done_at, window))
+                     o.done_at, o.fit, window))
             if note is not None:
                 grp = self._x(cur, "SELECT grp FROM windows WHERE id = ?", (window,)).fetchone()
                 self._event(cur, o.done_at, "completed", grp[0] if grp else None, window, note)
@@ -546,10 +551,10 @@ class StreamTables(TokenListing):
                 continue
             presumed = set(p.get("presumed_rows", []))
             cand = set(p.get("candidate_rows", []))
-            self._x(cur, "INSERT INTO windows (%s) VALUES (%s)" % (_WINDOW_COLUMNS, ", ".join("?" * 20)),
+            self._x(cur, "INSERT INTO windows (%s) VALUES (%s)" % (_WINDOW_COLUMNS, ", ".join("?" * 21)),
                     (wid, DEFAULT_GROUP, wid, "count", t0, t1, t1, n, "done", 1, None, None, len(presumed),
                      len(presumed - cand), len(cand - presumed), len(cand), p.get("missing_corrections"),
-                     p.get("detect_s"), p.get("round_s"), t1))
+                     p.get("detect_s"), p.get("round_s"), t1, None))
             rows = sorted(presumed | cand)
             for i in range(0, len(rows), 500):
                 chunk = rows[i:i + 500]

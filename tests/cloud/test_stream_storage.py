@@ -154,9 +154,9 @@ def _schema_1(url: str, dead: Sequence[tuple[str, bytes, str, float, bytes]] = (
     insert = "INSERT INTO readings (device_id, boot_id, seq, token, config_id, vals, topic, received_at) VALUES "
     if url.startswith("sqlite:///"):
         from dpsense.cloud.storage import sqlite as backend
-        from dpsense.cloud.storage.stream import SQLITE_V2
+        from dpsense.cloud.storage.stream import SQLITE_V2, SQLITE_V4
         conn = sqlite3.connect(url[len("sqlite:///"):])
-        for statement in backend._ANALYST_SQL[:-len(SQLITE_V2)]:
+        for statement in backend._ANALYST_SQL[:-len(SQLITE_V2 + SQLITE_V4)]:
             conn.execute(statement)
         conn.execute("DROP TABLE dead_letters")
         conn.execute(_OLD_DEAD_LETTERS % ("INTEGER", "BLOB", "BLOB"))
@@ -172,11 +172,11 @@ def _schema_1(url: str, dead: Sequence[tuple[str, bytes, str, float, bytes]] = (
     import psycopg
 
     from dpsense.cloud.storage import postgres as pg
-    from dpsense.cloud.storage.stream import POSTGRES_V2
+    from dpsense.cloud.storage.stream import POSTGRES_V2, POSTGRES_V4
     with psycopg.connect(url) as conn:
         conn.execute("CREATE TABLE dpsense_schema (kind text NOT NULL, version integer NOT NULL)")
         conn.execute("INSERT INTO dpsense_schema VALUES ('analyst', 1)")
-        for statement in pg._ANALYST_SQL[:-len(POSTGRES_V2)]:
+        for statement in pg._ANALYST_SQL[:-len(POSTGRES_V2 + POSTGRES_V4)]:
             conn.execute(statement)
         conn.execute("DROP TABLE dead_letters")
         conn.execute(_OLD_DEAD_LETTERS % ("bigint GENERATED ALWAYS AS IDENTITY", "bytea", "bytea"))
@@ -226,6 +226,53 @@ def test_a_schema_1_store_is_upgraded_with_its_windows(new_url: Callable[[], str
         assert [w for _, w in store.window_results()][0]["round_s"] == 0.2
     with open_analyst_store(url) as store:      # reopened: upgraded once
         assert len(store.windows()) == 2
+
+
+_V3_WINDOW = ("INSERT INTO windows (id, grp, seq, kind, start_at, end_at, closed_at, n, state, attempts, presumed,"
+              " removed_fp, added_fn, candidates, missing, detect_s, round_s, done_at)"
+              " VALUES (0, 'default', 0, 'count', 1.0, 2.0, 2.0, 8, 'done', 1, 2, 1, 1, 2, 0, 0.1, 0.2, 3.0)")
+
+
+def _schema_3(url: str) -> None:
+    """A store as dpsense wrote it before schema 4 (no ``fit`` column), with one done window."""
+    if url.startswith("sqlite:///"):
+        from dpsense.cloud.storage import sqlite as backend
+        from dpsense.cloud.storage.stream import SQLITE_V4
+        conn = sqlite3.connect(url[len("sqlite:///"):])
+        for statement in backend._ANALYST_SQL[:-len(SQLITE_V4)]:
+            conn.execute(statement)
+        conn.execute(_V3_WINDOW)
+        conn.execute("PRAGMA application_id = %d" % backend._APPLICATION_IDS["analyst"])
+        conn.execute("PRAGMA user_version = 3")
+        conn.commit()
+        conn.close()
+        return
+    import psycopg
+
+    from dpsense.cloud.storage import postgres as pg
+    from dpsense.cloud.storage.stream import POSTGRES_V4
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE TABLE dpsense_schema (kind text NOT NULL, version integer NOT NULL)")
+        conn.execute("INSERT INTO dpsense_schema VALUES ('analyst', 3)")
+        for statement in pg._ANALYST_SQL[:-len(POSTGRES_V4)]:
+            conn.execute(statement)
+        conn.execute(_V3_WINDOW)
+
+
+def test_a_schema_3_store_gets_the_fit_column_and_keeps_its_windows(new_url: Callable[[], str]) -> None:
+    url = new_url()
+    _schema_3(url)
+    with open_analyst_store(url) as store:
+        (old,) = store.windows()
+        assert (old.id, old.state, old.candidates, old.fit) == (0, "done", 2, None)
+        store.add_batch([reading(1, s, 10.0 + s) for s in range(4)], [])
+        w = store.close_window("default", "count", upto_row=store.max_row_id(), closed_at=20.0, limit=4)
+        assert w is not None
+        reason = "correction not applied: the model does not fit: R holds 0 readings where the profile predicts >= 1"
+        store.complete_window(w.id, WindowOutcome(1, 0, 0, 1, 0, 0.0, 0.0, 21.0, reason), [], {})
+        assert [x.fit for x in store.windows()] == [None, reason]
+    with open_analyst_store(url) as store:      # reopened: upgraded once
+        assert [x.fit for x in store.windows()][1].startswith("correction not applied")
 
 
 def test_released_rows_of_a_group_and_an_interval(analyst: AnalystStore) -> None:

@@ -1,4 +1,5 @@
-"""``dpsense experiment paper1|paper2|paper3|paper4|verify``: the papers' reproductions."""
+"""``dpsense experiment paper1|paper2|paper3|paper4|verify|dcs|families``: the papers' reproductions, and
+the correction on data families it was not built for."""
 from __future__ import annotations
 
 import argparse
@@ -74,6 +75,18 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
                     help="the correction server's epsilon towards the analyst (default 1)")
     ed.add_argument("--epsilon-cs", type=parse_floats, default=(1.0, 0.5),
                     help="comma-separated board epsilon_cs values (default 1,0.5)")
+    ef = sub.add_parser("families", help="recall and subset per data family: O', mode bands, the default with "
+                                         "the model-fit check",
+                        description="The deployed path in-process on each data family (cloud/sim/families.py): "
+                                    "O', mode bands from honest-round noise, and the default (bands where the "
+                                    "model fits, O' where not); prints a markdown table (docs/accuracy.md).",
+                        epilog=examples("dpsense experiment families",
+                                        "dpsense experiment families --seeds 1,2,3,4,5 --n 3000"))
+    ef.add_argument("--seeds", type=parse_floats, default=(7, 13, 21),
+                    help="comma-separated data seeds (default 7,13,21: reporting seeds; 1-5 chose the thresholds)")
+    ef.add_argument("--epsilons", type=parse_floats, default=(0.5, 1.0, 2.0),
+                    help="comma-separated epsilons per column (default 0.5,1,2)")
+    ef.add_argument("--n", type=int, default=20_000, help="points per window (default 20000)")
     e3 = sub.add_parser("paper3", help="paper 3 on Adult: DP-PCA error vs LAP/EXP, DP-LDA accuracy and AUC",
                         description="Reproduce paper 3 (Jiang et al. 2013, experiments) on UCI Adult; writes results.md, runs.csv and "
                                     "paper3.png. The defaults take about a minute; --full uses the paper's sizes.",
@@ -196,6 +209,8 @@ def do_experiment(args: argparse.Namespace) -> int:
         return _do_paper3(args)
     if args.experiment == "dcs":
         return _do_dcs(args)
+    if args.experiment == "families":
+        return _do_families(args)
     from dpsense.cloud.sim.experiments.paper1 import Paper1Config, main
     cfg = Paper1Config(separations=args.separations, epsilons=args.epsilons,
                        seeds=parse_ints("--seeds", args.seeds), runs=args.runs, n=args.n, shape=args.shape,
@@ -227,4 +242,24 @@ def _do_dcs(args: argparse.Namespace) -> int:
     print(markdown(rows))
     print("\n%d seeds x %d separations x %d epsilons, n = %d, %.0f s"
           % (len(cfg.seeds), len(cfg.separations), len(cfg.epsilons), cfg.n, time.perf_counter() - t0))
+    return 0
+
+
+def _do_families(args: argparse.Namespace) -> int:
+    import sys
+    import time
+
+    from dpsense.cloud.errors import UsageError
+    from dpsense.cloud.sim.experiments.families import TUNING_SEEDS, FamiliesConfig, markdown, run_families
+    try:
+        cfg = FamiliesConfig(seeds=parse_ints("--seeds", args.seeds), epsilons=args.epsilons, n=args.n)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    t0 = time.perf_counter()
+    rows = run_families(cfg, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(markdown(cfg, rows))
+    tuned = sorted(set(cfg.seeds) & set(TUNING_SEEDS))
+    print("\nseeds %s (%s), epsilons %s, n = %d, %.0f s"
+          % (",".join(map(str, cfg.seeds)), "tuning seeds among them: %s" % tuned if tuned else "none of them tuned on",
+             ",".join("%g" % e for e in cfg.epsilons), cfg.n, time.perf_counter() - t0))
     return 0

@@ -72,6 +72,8 @@ WINDOW_COLUMNS: list[Column] = [
     ("candidates", lambda w: w.candidates), ("missing", lambda w: w.missing), ("attempts", lambda w: w.attempts),
     ("round_s", lambda w: w.round_s), ("verdict_at", lambda w: _t(w.done_at)),
     ("last_error", lambda w: w.last_error if w.state != "done" else None),
+    # Why a done window kept O': the correction's model does not fit it (cloud/correction/fit.py).
+    ("fit", lambda w: w.fit),
 ]
 CANDIDATE_COLUMNS: list[Column] = [
     ("window", lambda c: c.window), ("group", lambda c: c.group), ("device", lambda c: c.device_id),
