@@ -127,7 +127,7 @@ class App:
         cols = [Column(Affine(c[0], c[1], c[2], c[3], c[4]), c[5], cfg["epsilon"])
                 for c in cfg["columns"]]
         self.mech = RecordMechanism(cols, cfg["centre"], self.rng, cfg.get("epsilon_cs"))
-        self.ledger = Ledger(self.mech.epsilon_charge(), cfg["window_cap"], cfg["window_records"],
+        self.ledger = Ledger(self.mech.epsilon_charge(cfg.get("epsilon_a")), cfg["window_cap"], cfg["window_records"],
                              cfg["window_seconds"], cfg["ledger_path"],
                              lifetime=cfg["lifetime_cap"])
         self.sensor = sensor.make(profile, len(cols), cfg.get("stimulus"))
@@ -214,7 +214,7 @@ class App:
                 '"eps_record":"%s","eps_record_worst":"%s","window":%d,"spent":"%s",'
                 '"cap":"%s","withheld":%d,"released":%d,"dropped":%d,"pending":%d,'
                 '"ledger":"%s","eps_total":"%s","eps_total_worst":"%s","lifetime_cap":"%s",'
-                '"period_ms":%d,"late":%d,"version":"%s","sensor":"%s"%s%s}'
+                '"period_ms":%d,"late":%d,"version":"%s","sensor":"%s"%s%s%s}'
                 % (event, self.cfg["device_id"], self.boot_id, self.profile["name"],
                    self.entropy, frac_text(row[0], row[1]), frac_text(worst[0], worst[1]),
                    led.window, led.spent_text(), led.cap_text(), led.withheld, self.released,
@@ -223,7 +223,8 @@ class App:
                    frac_text(worst[0] * led.released, worst[1]) if led.released else "0",
                    led.lifetime_text(), self.cfg["period_ms"], self.late, __version__,
                    self.sensor.kind, ',"tls":"%s"' % self.tls if self.tls else "",
-                   ',"eps_cs":"%s"' % frac_text(*self.mech.eps_cs) if self.mech.eps_cs else ""))
+                   ',"eps_cs":"%s"' % frac_text(*self.mech.eps_cs) if self.mech.eps_cs else "",
+                   ',"eps_a":"%s"' % frac_text(*self.cfg["epsilon_a"]) if self.cfg.get("epsilon_a") else ""))
         if self.uplink is not None:
             self.uplink.status(text.encode())
         else:
