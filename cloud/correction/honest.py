@@ -20,8 +20,11 @@ Two mechanisms, both on the correction server CS, protect the records from the a
    the rows without a record are not derived from d_diff) is post-processing of the window's d~,
    so A's view after any number of rounds is ``epsilon_A``-DP for each reading within the normal
    ball, ``epsilon_A * ceil(R_dom) / ceil(rho)``-DP between any two readings of the domain
-   (R_dom: the domain's largest distance from c). The whole view of a reading is therefore
-   ``epsilon_row + epsilon_A`` (sequential composition with the released values).
+   (R_dom: the domain's largest distance from c). With the released values (sequential
+   composition) the whole view is ``epsilon_row + epsilon_A`` between two readings of the normal
+   box (each column within its normal range, ``|x_j - c_j| <= delta_j / 2``); within rho alone is
+   not enough when the ranges differ, since the release separates readings far apart in a narrow
+   column (cloud/privacy/analyst_view.py states any pair's bound).
    tests/statistical/test_round_view.py measures the ratio bound.
 
    The never-worse rules keep their guarantee up to the noise: the thresholds move by
