@@ -53,6 +53,9 @@ Two mechanisms, both on the correction server CS, protect the records from the a
    analyst marks it ``final`` (its hold time is over); then it is answered over the tokens that
    have a record. A malicious analyst may still cut fresh tokens into disjoint sets of
    ``min_window``: that is an honest-looking window, and its answers stay within the bound of 1.
+
+   The ledger is bound to CS's noise key and its answers' parameters (binding.py): a server with
+   others refuses to start; ``rotate`` takes new ones and closes every window answered before.
 """
 from __future__ import annotations
 
