@@ -32,11 +32,11 @@ import threading
 import time
 from pathlib import Path
 
-from dpsense.cloud.analyst import Analyst, AnalystParams
-from dpsense.cloud.broker import Broker, free_port
-from dpsense.cloud.ingest.service import Connection
+from dpsense.cloud.analyst.service import Analyst, AnalystParams
+from dpsense.cloud.deploy.broker import Broker, free_port
+from dpsense.cloud.transport.session import Connection
 from dpsense.cloud.storage import Reading, open_analyst_store
-from dpsense.cloud.windows import WindowSpec
+from dpsense.cloud.analyst.windows import WindowSpec
 
 PENDING = 100_000
 WINDOW = 200_000
@@ -74,9 +74,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(cmd: list[str], seconds: float, log: Path) -> float:
+def measure(cmd: list[str], seconds: float, log: Path, env: dict[str, str] | None = None) -> float:
     with open(log, "ab") as f:
-        p = subprocess.Popen(cmd, stdout=f, stderr=f)
+        p = subprocess.Popen(cmd, stdout=f, stderr=f, env=env)
     try:
         time.sleep(5)
         if p.poll() is not None:
@@ -145,7 +145,8 @@ def run(tmp: Path, seconds: float) -> list[tuple[str, float | None, float]]:
     fill(url)
     old_poll, new_poll = per_poll(url)
     broker = Broker(tmp, port=free_port())
-    broker.add_account("analyst")
+    # The analyst's broker password travels in its environment only, as the services take it.
+    env = dict(os.environ, DPSENSE_BROKER_PASSWORD=broker.add_account("analyst"))
     common = ["--data-dir", str(tmp), "--broker-port", str(broker.port), "--analyst-db", url, "--window", str(WINDOW)]
     dpsense = [sys.executable, "-m", "dpsense.cloud.cli", "analyst", *common]
     rows: list[tuple[str, float | None, float]] = []
@@ -156,7 +157,7 @@ def run(tmp: Path, seconds: float) -> list[tuple[str, float | None, float]]:
                 ("`dpsense analyst --no-ingest` (detection loop)", dpsense + ["--no-ingest"], new_poll),
                 ("`dpsense analyst` (with its ingest threads)", dpsense, None)):
             print("bench: %s, %g s" % (name, seconds), file=sys.stderr, flush=True)
-            rows.append((name, poll, measure(cmd, seconds, tmp / "bench.log")))
+            rows.append((name, poll, measure(cmd, seconds, tmp / "bench.log", env)))
     return rows
 
 

@@ -15,10 +15,10 @@ window. Only the correction logic is timed, in-process, both parties in one proc
 * mode bands: ``make_bands`` (analyst) and ``lower_edges`` + ``band_candidates``
   (correction server).
 
-* mode secure (cloud/correction/secure.py): once in-process, step by step (base OTs, the
+* mode secure (cloud/correction/mpc/secure.py): once in-process, step by step (base OTs, the
   analyst's IKNP matrix, the correction server's OT answers and garbling, the analyst's
   evaluation), and once end to end over MQTT: a Mosquitto started by the bench
-  (cloud/broker.py, the services' accounts and ACLs), the correction server's
+  (cloud/deploy/broker.py, the services' accounts and ACLs), the correction server's
   ``CorrectionServer`` loop in a child process (its store replaced by the window's d_diff
   table) and the analyst's ``_secure_round`` on its own paho client in this process, every
   message at most 64 KiB.
@@ -46,12 +46,12 @@ import numpy as np
 
 from dpsense.cloud.correction import chunks
 from dpsense.cloud.correction import messages as msg
-from dpsense.cloud.correction import secure
+from dpsense.cloud.correction.mpc import secure
 from dpsense.cloud.correction.bands import band_candidates, lower_edges, make_bands
 from dpsense.cloud.correction.rules import reduce_rows, run_protocol
-from dpsense.cloud.datasets import paper1_synthetic
-from dpsense.cloud.experiments.noise import discrete_laplace
-from dpsense.cloud.experiments.paper1 import Paper1Config, _dbscan, reference
+from dpsense.cloud.sim.datasets import paper1_synthetic
+from dpsense.cloud.sim.experiments.noise import discrete_laplace
+from dpsense.cloud.sim.experiments.paper1 import Paper1Config, _dbscan, reference
 
 N = 100_000
 #: The correction server's noise key in the secure-mode rows (cloud/correction/honest.py).
@@ -153,7 +153,7 @@ def _serve(host: str, port: int, password: str, table: dict[bytes, int], rho: fl
 
     from dpsense.cloud.correction.rules import CorrectionParams
     from dpsense.cloud.correction.server import CorrectionServer
-    from dpsense.cloud.ingest.service import Connection
+    from dpsense.cloud.transport.session import Connection
 
     from dpsense.cloud.correction.honest import RoundPolicy
     server = CorrectionServer(Connection(host, port, "correction", password, "correction"),
@@ -182,9 +182,9 @@ def secure_over_mqtt(d: np.ndarray, dist: np.ndarray, rho: float, presumed: np.n
     import tempfile
     from pathlib import Path
 
-    from dpsense.cloud.analyst import Analyst, AnalystParams
-    from dpsense.cloud.broker import Broker, free_port
-    from dpsense.cloud.ingest.service import Connection
+    from dpsense.cloud.analyst.service import Analyst, AnalystParams
+    from dpsense.cloud.deploy.broker import Broker, free_port
+    from dpsense.cloud.transport.session import Connection
 
     rng = np.random.default_rng(7)
     tokens = [rng.bytes(msg.TOKEN_SIZE) for _ in range(d.size)]

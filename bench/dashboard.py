@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from dpsense.cloud.dashboard.data import StoreSource
+from dpsense.cloud.ops.dashboard.data import StoreSource
 from dpsense.cloud.storage import AnalystStore, DeviceStatus, Reading, Verdict, open_analyst_store
 from dpsense.cloud.storage.records import WindowOutcome
 

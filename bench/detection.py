@@ -13,8 +13,8 @@ heap pages that the allocator reuses do not raise the RSS, so a second ``fit`` u
 ``tracemalloc`` gives the peak of the Python and numpy allocations as well; it misses
 buffers allocated in compiled code, such as scikit-learn's neighbourhood lists.
 
-Rows per epsilon: ``dpsense.cloud.outliers.DBSCANOutliers`` (the grid of
-``cloud/outliers/grid.py`` for these two columns) on all 100,000 readings; its KD-tree
+Rows per epsilon: ``dpsense.cloud.analyst.outliers.DBSCANOutliers`` (the grid of
+``cloud/analyst/outliers/grid.py`` for these two columns) on all 100,000 readings; its KD-tree
 path (``dbscan.tree_core_noise``, what ``DBSCANOutliers`` ran before the grid and still
 runs above three columns) on the same readings; and scikit-learn's DBSCAN. That one stores
 every neighbourhood, which takes ``n * mean neighbours * 8`` bytes: the table gives
@@ -47,8 +47,8 @@ EPS, MIN_SAMPLES = 12.0, 60
 
 def readings(epsilon: float, n: int, seed: int = 1) -> np.ndarray:
     """The perturbed window in data units; a seeded random subsample when ``n < N``."""
-    from dpsense.cloud.datasets import paper1_synthetic, relaxed_sensitivity
-    from dpsense.cloud.experiments.noise import discrete_laplace
+    from dpsense.cloud.sim.datasets import paper1_synthetic, relaxed_sensitivity
+    from dpsense.cloud.sim.experiments.noise import discrete_laplace
 
     data = paper1_synthetic(N, 400.0, "scale", seed=seed)
     ref = paper1_synthetic(N, 400.0, "scale", seed=seed + 1000)
@@ -99,8 +99,8 @@ def worker(detector: str, epsilon: float, n: int, jobs: int) -> dict:
     """One fit in this process: wall time, peak-RSS growth and the noise set's digest."""
     from sklearn.cluster import DBSCAN
 
-    from dpsense.cloud.outliers import DBSCANOutliers
-    from dpsense.cloud.outliers.dbscan import tree_core_noise
+    from dpsense.cloud.analyst.outliers import DBSCANOutliers
+    from dpsense.cloud.analyst.outliers.dbscan import tree_core_noise
 
     x = readings(epsilon, n)
 

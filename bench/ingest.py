@@ -3,7 +3,7 @@
     .venv/bin/python bench/ingest.py [--n 50000] [--devices 10] [--rounds 3]
 
 Rows from one run, same broker, same pre-encoded payloads:
-* publisher: readings/s of the fleet simulator (cloud/simulate.py, QoS 1, every PUBACK awaited)
+* publisher: readings/s of the fleet simulator (cloud/sim/simulate.py, QoS 1, every PUBACK awaited)
   while the ingest's session is offline, so the broker queues what it accepts for it;
 * drain, count-only paho subscriber (the baseline): it reconnects to that persistent session
   (auto-acknowledging QoS 1 client, an ``on_message`` that only counts) and the clock runs from
@@ -12,7 +12,7 @@ Rows from one run, same broker, same pre-encoded payloads:
   (WAL, synchronous=FULL) and acknowledges each batch only after its commit; the clock runs from
   its start to the n-th reading committed;
 * drain, count-only on the ingest's client (for reading the others, not a target): the
-  baseline's counting ``on_message`` on cloud/mqttio.py's ``BufferedClient`` and
+  baseline's counting ``on_message`` on cloud/transport/mqttio.py's ``BufferedClient`` and
   ``NetworkLoop``, the transport the ingest uses; it shows what the ingest's storing and
   acknowledging after commit cost on top of that transport.
 Every drain uses the same account (``analyst-ingest``, whose client id is its name), one after
@@ -39,14 +39,14 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dpsense.cloud import topics  # noqa: E402
-from dpsense.cloud.broker import Broker, free_port  # noqa: E402
-from dpsense.cloud.config import Settings  # noqa: E402
-from dpsense.cloud.datasets import paper1_synthetic  # noqa: E402
+from dpsense.cloud.transport import topics  # noqa: E402
+from dpsense.cloud.deploy.broker import Broker, free_port  # noqa: E402
+from dpsense.cloud.deploy.config import Settings  # noqa: E402
+from dpsense.cloud.sim.datasets import paper1_synthetic  # noqa: E402
 from dpsense.cloud.ingest.service import Connection, IngestService  # noqa: E402
-from dpsense.cloud.mqttio import BufferedClient, NetworkLoop  # noqa: E402
-from dpsense.cloud.profile import calibrate  # noqa: E402
-from dpsense.cloud.simulate import FleetPublisher, encode_fleet  # noqa: E402
+from dpsense.cloud.transport.mqttio import BufferedClient, NetworkLoop  # noqa: E402
+from dpsense.cloud.sim.calibration import calibrate  # noqa: E402
+from dpsense.cloud.sim.simulate import FleetPublisher, encode_fleet  # noqa: E402
 from dpsense.cloud.storage import open_analyst_store  # noqa: E402
 
 ACCOUNT = "analyst-ingest"

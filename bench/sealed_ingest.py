@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dpsense.cloud.correction.sealed import KeyStore, ReplayGuard, SealedIngest, sealer_for
 from dpsense.cloud.ingest.classify import classify_correction
-from dpsense.cloud.topics import CORRECTIONS
+from dpsense.cloud.transport.topics import CORRECTIONS
 from dpsense.protocol import wire
 
 

@@ -5,8 +5,8 @@
 One broker, the same pre-encoded records (a reading and its correction record each, so two
 messages per reading), nobody subscribed. Rows:
 * baseline: one paho client per device, each with its network thread (``loop_start``), all in
-  one process: the shape of the fleet publisher before cloud/fleetpub.py;
-* ``FleetPublisher`` (cloud/fleetpub.py) with 1, 2, ... worker processes, each driving its
+  one process: the shape of the fleet publisher before cloud/sim/fleetpub.py;
+* ``FleetPublisher`` (cloud/sim/fleetpub.py) with 1, 2, ... worker processes, each driving its
   devices' connections from one thread.
 The clock runs from the first publish to the last PUBACK; connecting is not timed.
 ``--rounds`` runs every row that many times, rotating their order, and the table shows medians;
@@ -31,12 +31,12 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dpsense.cloud import topics  # noqa: E402
-from dpsense.cloud.broker import Broker, free_port  # noqa: E402
-from dpsense.cloud.config import Settings  # noqa: E402
-from dpsense.cloud.datasets import paper1_synthetic  # noqa: E402
-from dpsense.cloud.profile import calibrate  # noqa: E402
-from dpsense.cloud.simulate import Encoded, FleetPublisher, encode_fleet  # noqa: E402
+from dpsense.cloud.transport import topics  # noqa: E402
+from dpsense.cloud.deploy.broker import Broker, free_port  # noqa: E402
+from dpsense.cloud.deploy.config import Settings  # noqa: E402
+from dpsense.cloud.sim.datasets import paper1_synthetic  # noqa: E402
+from dpsense.cloud.sim.calibration import calibrate  # noqa: E402
+from dpsense.cloud.sim.simulate import Encoded, FleetPublisher, encode_fleet  # noqa: E402
 
 
 def threaded_baseline(broker: Broker, passwords: dict[str, str], enc: Encoded, devices: int) -> float:

@@ -14,9 +14,17 @@ too.
 """
 from __future__ import annotations
 
+import random
+
 
 class DpsenseError(Exception):
-    """Base of the errors the ``dpsense`` command reports in one line (exit status 2)."""
+    """Base of the errors the ``dpsense`` command reports in one line (exit status 2; 1 for a
+    ``RefusedError``)."""
+
+
+class RefusedError(DpsenseError):
+    """A request the policy refuses, not a bad value: a privacy budget that would be exceeded, a
+    data set or budget database that does not exist. ``dpsense`` exits with status 1 for it."""
 
 
 class UsageError(DpsenseError, ValueError):
@@ -48,3 +56,14 @@ class RoundError(DpsenseError, ValueError):
 
 class ServiceError(DpsenseError):
     """A running service had to stop: a part of it met an error that must not be retried."""
+
+
+def backoff_delay(previous: float, first: float, most: float) -> float:
+    """The next wait before retrying a passing fault: ``first`` after none, then doubling up to
+    ``most``, each with up to 25% random jitter so that services that lost the same database or
+    broker at once do not all come back at the same moment. Callers wait with an interruptible
+    wait (``stop.wait(delay)``), so a stop is never delayed by a backoff."""
+    if not 0 < first <= most:
+        raise ValueError("need 0 < first <= most")
+    base = first if previous <= 0 else min(most, 2 * previous)
+    return min(most, base * (1 + 0.25 * random.random()))

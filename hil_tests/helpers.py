@@ -5,7 +5,7 @@ import struct
 from collections import defaultdict
 from pathlib import Path
 
-from dpsense.cloud import topics
+from dpsense.cloud.transport import topics
 from dpsense.protocol import wire
 
 from .rigs.relay import Publish

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from dpsense.cloud import topics
+from dpsense.cloud.transport import topics
 from dpsense.protocol import seal
 from dpsense.tools.provision import board_profile
 

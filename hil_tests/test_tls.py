@@ -2,7 +2,7 @@
 
 The relay terminates TLS in front of the real broker, so the device's TLS client
 (MicroPython's ssl over mbedTLS) is what is tested; the certificates are the lab CA and
-server certificate of `dpsense broker make-ca` / `make-cert` (cloud/tls.py), the CA in
+server certificate of `dpsense broker make-ca` / `make-cert` (cloud/deploy/tls.py), the CA in
 the DER form `tools/flash.py provision --broker-ca` puts on a board. A second, unrelated
 lab CA stands for a broker the device must not trust.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dpsense.cloud import tls
+from dpsense.cloud.deploy import tls
 
 from .helpers import column
 

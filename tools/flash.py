@@ -16,6 +16,16 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+try:
+    import dpsense  # noqa: F401 - the installed project, which a bare `python3` from a checkout lacks
+except ModuleNotFoundError:
+    if __name__ == "__main__":
+        print("flash: the dpsense package is not installed for %s: activate the project's environment "
+              "(. .venv/bin/activate; `make setup` creates it) or run .venv/bin/python tools/flash.py"
+              % sys.executable, file=sys.stderr)
+        sys.exit(2)
+    raise
+
 from dpsense.tools.deploy import (
     BOARDS,
     GENERIC_SERIAL,
@@ -293,9 +303,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "dpsense-data/broker/tls/ca.pem): an MQTT board gets it as ca.der and "
                         "speaks TLS (required for a broker off loopback)")
         sp.add_argument("--correction-data-dir", metavar="DIR",
+                        default=os.environ.get("DPSENSE_CORRECTION_DIR") or None,
                         help="the correction server's data directory, whose key store "
                         "(correction-keys/keys.json) gets the board's correction-record keys "
-                        "(default: --data-dir, one machine for every service)")
+                        "(default: $DPSENSE_CORRECTION_DIR, else --data-dir: one folder for "
+                        "both zones). Two zones: the analyst refuses a data dir holding them")
+        sp.add_argument("--owner", metavar="USER",
+                        help="run as root: give the key store (0600, its folder 0700) to USER, the "
+                        "correction server's user (default: the owner of the correction data dir)")
         sp.add_argument("--plaintext-corrections", action="store_true",
                         help="the board sends plain correction records (the micro:bit, which has no "
                         "AES, or a config with corrections \"plaintext\"): the correction server is "
@@ -470,6 +485,7 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
     from dpsense.tools import provision as pv
     base = pv.load_base(args.config_json, args.from_profile)
     der = _ca_der(args)
+    owner = _owner(args.owner)
     mqtt = der is not None and pv.board_profile(args.board)["transport"] == "mqtt"
     # Check the keys before touching the broker or the board.
     cfg = pv.build_config(args.board, base, args.device_id, "unset", args.broker_host,
@@ -480,7 +496,7 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
     user = DEVICE_USER % args.device_id
     log("broker account %s created/reset in %s" % (user, Path(args.data_dir) / "broker"))
     if args.password_file:
-        from dpsense.cloud.files import write_private
+        from dpsense.cloud.deploy.files import write_private
         write_private(args.password_file, password + "\n")
         log("  its password: %s (mode 0600; the broker keeps no copy)" % args.password_file)
     elif "broker_password" not in cfg:
@@ -494,7 +510,7 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
         ca_name, _ = pv.write_ca(repl, der, folder)
         log("  %-30s %6d bytes  the broker's CA (DER), for broker_ca" % (ca_name, len(der)))
     from dpsense.cloud.correction.sealed import KeyStore
-    keys = KeyStore.for_data_dir(args.correction_data_dir or args.data_dir)
+    keys = KeyStore.for_data_dir(args.correction_data_dir or args.data_dir, owner=owner)
     aes = pv.board_profile(args.board).get("aes", True)
     sealed = aes and cfg.get("corrections", "sealed") == "sealed"
     if not sealed and not args.plaintext_corrections:
@@ -528,11 +544,25 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
     return name, data, cfg
 
 
+def _owner(user: str | None) -> tuple[int, int] | None:
+    """``(uid, gid)`` of ``--owner USER``, which only root may give files to (another user)."""
+    if user is None:
+        return None
+    import pwd
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        raise SystemExit("flash: --owner %s: no such user" % user) from None
+    if os.geteuid() not in (0, pw.pw_uid):
+        raise SystemExit("flash: --owner %s: only root can give the key store to another user" % user)
+    return pw.pw_uid, pw.pw_gid
+
+
 def _ca_der(args: argparse.Namespace) -> bytes | None:
     if not args.broker_ca:
         return None
     from dpsense.cloud.errors import UsageError
-    from dpsense.cloud.tls import der_of
+    from dpsense.cloud.deploy.tls import der_of
     try:
         return der_of(Path(args.broker_ca))
     except (OSError, UsageError) as e:

@@ -53,7 +53,7 @@ DEMO_CONFIG: dict[str, Any] = {
 # Keys of a provisioning file that say nothing about the board's config: a
 # profile.json may carry them for the host (the micro:bit's stimulus pacing). The micro:bit's
 # node has no epsilon_a (no heap for it; its noise is not private anyway): the cloud's
-# accounting adds a round's epsilon for it (cloud/results.py).
+# accounting adds a round's epsilon for it (cloud/ops/results.py).
 MICROBIT_KEYS = ("device_id", "config_id", "columns", "epsilon", "centre", "window_records",
                  "window_cap")
 BROKER_KEYS = ("broker_host", "broker_port", "broker_user", "broker_password")
@@ -161,7 +161,7 @@ def add_device_account(data_dir: str | Path, device_id: int) -> str:
     nowhere in clear: the caller puts it in the board's config or hands it to the gateway.
     A running broker re-reads its accounts; its mosquitto.conf (listener, TLS) is untouched.
     """
-    from dpsense.cloud.broker import Broker
+    from dpsense.cloud.deploy.broker import Broker
     _, password = Broker(data_dir).add_device(device_id)
     return password
 
@@ -177,7 +177,7 @@ def write_ca(repl: RawRepl | None, der: bytes, folder: Path | None = None) -> tu
 
 
 def _loopback(host: str) -> bool:
-    from dpsense.cloud.broker import is_loopback
+    from dpsense.cloud.deploy.broker import is_loopback
     return is_loopback(host)
 
 
@@ -333,7 +333,7 @@ def write_config(repl: RawRepl | None, cfg: dict[str, Any], folder: Path | None 
         (folder / name).write_bytes(data)
         os.chmod(folder / name, 0o600)
         if key_path:
-            from dpsense.cloud.files import write_private
+            from dpsense.cloud.deploy.files import write_private
             write_private(folder / key_path, seal_key or b"")
         for path, content in ledgers.items():
             (folder / path).write_bytes(content)

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from dpsense.cloud.serialport import PtyTransport
+from dpsense.cloud.transport.serialport import PtyTransport
 from dpsense.tools.rawrepl import RawRepl, ReplTimeout
 
 QEMU = "qemu-system-arm"

@@ -28,7 +28,7 @@ import ast
 import time
 import zlib
 
-from dpsense.cloud.serialport import Transport, open_transport
+from dpsense.cloud.transport.serialport import Transport, open_transport
 
 RAW_BANNER = b"raw REPL; CTRL-B to exit\r\n>"
 CTRL_A, CTRL_B, CTRL_C, CTRL_D, CTRL_E = b"\x01", b"\x02", b"\x03", b"\x04", b"\x05"
@@ -94,7 +94,7 @@ def adler32_parts(data: bytes) -> tuple[int, int, int]:
 
 
 class RawRepl:
-    """Raw-REPL session over a ``Transport`` (a pty or serial port, cloud/serialport.py).
+    """Raw-REPL session over a ``Transport`` (a pty or serial port, cloud/transport/serialport.py).
 
     ``chunk_size``/``pause`` pace plain raw-REPL writes (0 sends at once).
     ``raw_paste``: True/False forces raw-paste mode on or off; None probes once and

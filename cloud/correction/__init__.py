@@ -1,4 +1,8 @@
-"""Correction protocol of paper 1 (Böhler et al. 2017, Sect. 6): pure rules per party, and a local runner."""
+"""Correction: the correction server, honest rounds, the rules per mode, the sealed channel, chunks, mpc/ (mode secure).
+May import: transport, deploy, storage, ingest.
+
+Here: the correction protocol of paper 1 (Böhler et al. 2017, Sect. 6), pure rules per party, and a local runner.
+"""
 from dpsense.cloud.correction.bands import (
     Bands,
     BandsResult,

@@ -18,7 +18,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from dpsense.cloud.errors import UsageError
-from dpsense.cloud.files import write_private
+from dpsense.cloud.deploy.files import write_private
 
 
 def answer_parameters(mode: str, epsilon: Fraction, delta_a: int, params: object) -> dict[str, str]:

@@ -7,7 +7,7 @@
     whole = joiner.feed(part)                        # None until the last chunk of a message arrives
 
 A correction round names every token of its window: about 1.1 MB for 100,000 readings, more
-than the broker accepts in one packet (``MAX_PACKET``, cloud/broker.py). Each chunk is a
+than the broker accepts in one packet (``MAX_PACKET``, cloud/deploy/broker.py). Each chunk is a
 16-byte header and at most ``CHUNK_SIZE - 16`` bytes of the message:
 
     offset  size  field
@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dpsense.cloud.errors import RoundError
+from dpsense.cloud.transport.topics import MAX_PACKET
 
 MAGIC = b"dpk1"
 _HEADER = struct.Struct("<4sQHH")
@@ -42,8 +43,6 @@ HEADER_SIZE = _HEADER.size
 #: Bytes per chunk, header included: half the broker's packet limit leaves room for the topic
 #: and the MQTT headers whatever the topic length.
 CHUNK_SIZE = 32 * 1024
-#: The broker's packet-size limit (cloud/broker.py writes it into Mosquitto's configuration).
-MAX_PACKET = 64 * 1024
 #: The largest message a receiver reassembles by default: a 1,000,000-reading window's round.
 MAX_MESSAGE = 16 * 1024 * 1024
 _MAX_COUNT = 0xFFFF

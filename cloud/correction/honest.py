@@ -77,7 +77,7 @@ from dpsense.cloud.correction.binding import check
 from dpsense.cloud.correction.binding import encode as _encode
 from dpsense.cloud.correction.binding import fingerprint as _fingerprint
 from dpsense.cloud.errors import RoundError, UsageError
-from dpsense.cloud.files import write_private
+from dpsense.cloud.deploy.files import write_private
 from dpsense.protocol.noise import DiscreteLaplace, scale_for
 
 CODES = ("no_window", "small_window", "small_presumed", "subset", "overlap", "repeated", "missing")

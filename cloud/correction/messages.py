@@ -23,7 +23,7 @@ Mode ``bands`` (cloud/correction/bands.py):
                         its rows as positions
     CS -> A  result     R (positions) and the positions without a correction record
 
-Mode ``secure`` (cloud/correction/secure.py; binary parts follow the JSON header after a
+Mode ``secure`` (cloud/correction/mpc/secure.py; binary parts follow the JSON header after a
 newline; a message may reach ``secure.MAX_MESSAGE`` bytes, in chunks like every other):
 
     A -> CS  secure-open     window, tokens, bits, a: A's base-OT element (256 bytes, base64)

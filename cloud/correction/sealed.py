@@ -41,14 +41,15 @@ import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from cryptography.hazmat.primitives import constant_time, hashes, hmac
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from dpsense.cloud import topics
+from dpsense.cloud.transport import topics
 from dpsense.cloud.errors import UsageError
-from dpsense.cloud.files import private_dir, write_private
+from dpsense.cloud.deploy.files import folder_owner, private_dir, write_private
 from dpsense.cloud.storage.repository import Correction, DeadLetter
 from dpsense.protocol import seal, wire
 
@@ -60,6 +61,12 @@ WINDOW = 4096                   # nonces kept per device below the highest accep
 
 class SealedError(ValueError):
     """A sealed record that is refused; the text is the dead letter's reason."""
+
+
+class BelowWindowError(SealedError):
+    """A nonce the replay guard has forgotten (``WINDOW`` or more below the highest accepted):
+    new bytes are a replay, but a late resend of a stored record is a duplicate (``SealedIngest``
+    asks the store)."""
 
 
 @dataclass(frozen=True)
@@ -97,10 +104,37 @@ class KeyStore:
     _checked: float = -1e9
     # Known devices look at the file at most this often; an unknown one at once.
     recheck_s: float = 1.0
+    # (uid, gid) the folder and file are given when written (root provisioning for the
+    # correction server's user); None: the writer's own.
+    owner: tuple[int, int] | None = None
 
     @classmethod
-    def for_data_dir(cls, data_dir: Path | str) -> "KeyStore":
-        return cls(Path(data_dir) / KEY_DIR)
+    def for_data_dir(cls, data_dir: Path | str, owner: tuple[int, int] | None = None) -> "KeyStore":
+        """The key store of the correction server's folder ``data_dir``; written by root, it goes
+        to ``owner``, by default the folder's owner (the correction server's user)."""
+        return cls(Path(data_dir) / KEY_DIR, owner=owner if owner is not None else folder_owner(data_dir))
+
+    def check_readable(self) -> tuple[list[int], list[int]]:
+        """What the correction server does at start: an empty store is created in a new folder;
+        one it cannot read (owner, mode, damage) is a UsageError naming the file."""
+        try:
+            with open(self.path, "rb"):
+                pass
+        except FileNotFoundError:
+            try:
+                self._write()
+            except OSError as e:
+                raise UsageError("key store %s: cannot create it (%s)" % (self.path, e.strerror or e)) from None
+        except OSError as e:
+            try:
+                uid: int | None = os.stat(self.path).st_uid
+            except OSError:
+                uid = None
+            whose = ("; it belongs to uid %d, this service runs as uid %d (provisioning run as root: "
+                     "--owner USER)" % (uid, os.geteuid())) if uid is not None and uid != os.geteuid() else ""
+            raise UsageError("key store %s: cannot read it (%s)%s" % (self.path, e.strerror or e, whose)) from None
+        self._stamp = None
+        return self.devices()
 
     @property
     def path(self) -> Path:
@@ -145,10 +179,14 @@ class KeyStore:
 
     def _write(self) -> None:
         private_dir(self.folder)
+        if self.owner is not None:
+            os.chown(self.folder, *self.owner)
         doc = {"keys": {str(d): {"enc": k.enc.hex(), "mac": k.mac.hex()} for d, k in sorted(self._keys.items())},
                "plaintext": sorted(self._plaintext)}
         tmp = self.folder / (KEY_FILE + ".tmp")
         write_private(tmp, json.dumps(doc, indent=1))
+        if self.owner is not None:
+            os.chown(tmp, *self.owner)
         os.replace(tmp, self.path)
         self._stamp = None
 
@@ -261,7 +299,7 @@ class ReplayGuard:
         dev = "%d:%s" % (device_id, key_id)
         h = self._history(dev)
         if nonce <= h.high - self.window:
-            raise SealedError("replayed: nonce %d of device %d is %d or more below the highest accepted (%d)"
+            raise BelowWindowError("replayed: nonce %d of device %d is %d or more below the highest accepted (%d)"
                               % (nonce, device_id, self.window, h.high))
         if nonce <= h.high:
             i = 8 * (nonce % self.window)
@@ -306,9 +344,11 @@ class SealedIngest:
     """The correction server's classifier: sealed records opened, plain ones only from
     plaintext devices, everything else a dead letter with its reason."""
 
-    def __init__(self, keys: KeyStore, guard: ReplayGuard) -> None:
+    def __init__(self, keys: KeyStore, guard: ReplayGuard,
+                 stored: Callable[[list[bytes]], dict[bytes, int]] | None = None) -> None:
         self.keys = keys
         self.guard = guard
+        self.stored = stored                        # token -> stored d_diff (the store's lookup)
         self._macs: dict[str, hmac.HMAC] = {}       # key id -> HMAC keyed once, copied per record
 
     def _mac(self, keys: DeviceKeys) -> hmac.HMAC:
@@ -343,8 +383,16 @@ class SealedIngest:
                         raise
                     keys = newer
                     device_id, boot_id, seq, nonce, token, d_diff = open_record(keys, payload, self._mac(keys))
-                self.guard.check(device_id, nonce, payload, keys.key_id)
-                return Correction(token, d_diff, received_at, device_id, boot_id, seq)
+                try:
+                    self.guard.check(device_id, nonce, payload, keys.key_id)
+                except BelowWindowError:
+                    # Authentic (its MAC checked) but older than the guard remembers: a board
+                    # whose acknowledgement was lost resends late. It is that record again only
+                    # if the store holds its token with its d_diff; the store then counts it a
+                    # duplicate and it is acknowledged. Anything else stays a replay.
+                    if self.stored is None or self.stored([token]).get(token) != d_diff:
+                        raise
+                return Correction(token, d_diff, received_at, device_id, boot_id, seq, topic, payload)
             if kind == wire.KIND_CORRECTION:
                 try:
                     device_id, boot_id, seq, token, d_diff = wire.decode_correction(payload)
@@ -353,7 +401,7 @@ class SealedIngest:
                 if not self.keys.is_plaintext(device_id):
                     return dead("plain correction record from device %d, which is not configured plaintext: "
                                 "refused (no downgrade)" % device_id)
-                return Correction(token, d_diff, received_at, device_id, boot_id, seq)
+                return Correction(token, d_diff, received_at, device_id, boot_id, seq, topic, payload)
             return dead("kind %d message on the corrections topic" % kind)
         except SealedError as e:
             return dead(str(e))
@@ -389,7 +437,8 @@ def sealed_ingest(conn: Any, store: Any, data_dir: Path | str, share: str | None
     keys = KeyStore.for_data_dir(data_dir)
     private_dir(keys.folder)
     guard = ReplayGuard(keys.folder / NONCE_FILE)
-    return IngestService(conn, shared_filter(share, topics.CORRECTIONS), SealedIngest(keys, guard).classify,
+    classify = SealedIngest(keys, guard, store.lookup).classify
+    return IngestService(conn, shared_filter(share, topics.CORRECTIONS), classify,
                          SealedStore(store, guard), **kw)
 
 
@@ -410,7 +459,8 @@ def sealer_for(keys: DeviceKeys) -> seal.Sealer:
 
 
 def provision_keys(data_dir: Path | str, device_ids: list[int]) -> list[DeviceKeys]:
-    """New keys for each device, written to the correction server's key store (what
-    `tools/flash.py provision` does for a board); a simulated fleet holds them in memory."""
+    """New keys for each device, written to the key store of the correction server's folder
+    ``data_dir`` (what `tools/flash.py provision` does for a board); a simulated fleet holds them
+    in memory."""
     store = KeyStore.for_data_dir(data_dir)
     return [store.add_device(d) for d in device_ids]

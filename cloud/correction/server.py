@@ -44,7 +44,7 @@ import numpy as np
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from dpsense.cloud import topics
+from dpsense.cloud.transport import topics
 from dpsense.cloud.correction import messages as msg
 from dpsense.cloud.correction import chunks
 from dpsense.cloud.correction.bands import Bands, band_candidates, lower_edges
@@ -59,10 +59,10 @@ from dpsense.cloud.correction.rules import (
     noise_threshold,
     split_presumed,
 )
-from dpsense.cloud.correction.secure import BITS, MAX_MESSAGE, Garbler
+from dpsense.cloud.correction.mpc.secure import BITS, MAX_MESSAGE, Garbler
 from dpsense.cloud.errors import UsageError
-from dpsense.cloud.ingest.service import Connection
-from dpsense.cloud.session import Session
+from dpsense.cloud.transport.session import Connection
+from dpsense.cloud.transport.session import Session
 
 
 @dataclass

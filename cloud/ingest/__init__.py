@@ -1,1 +1,3 @@
-"""Ingest: MQTT (and serial, through the gateway) -> wire.decode -> storage, acknowledged after commit."""
+"""Ingest: MQTT (and serial, through the gateway) -> wire.decode -> storage, acknowledged after commit.
+May import: transport, storage.
+"""

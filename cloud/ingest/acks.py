@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable, Collection, Iterable, Sequence
 
-from dpsense.cloud import topics
+from dpsense.cloud.transport import topics
 from dpsense.protocol import wire
 
 Publish = Callable[[str, bytes], None]

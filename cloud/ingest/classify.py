@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from dpsense.cloud import topics
+from dpsense.cloud.transport import topics
 from dpsense.cloud.storage.repository import Correction, DeadLetter, Reading
 from dpsense.protocol import wire
 from dpsense.protocol.wire import ProtocolError
@@ -48,7 +48,7 @@ def classify_correction(topic: str, payload: bytes, received_at: float) -> Corre
             return DeadLetter(topic, payload, "kind %d message on the corrections topic" % kind,
                               received_at)
         device_id, boot_id, seq, token, d_diff = fields
-        return Correction(token, d_diff, received_at, device_id, boot_id, seq)
+        return Correction(token, d_diff, received_at, device_id, boot_id, seq, topic, payload)
     except ProtocolError as e:
         return DeadLetter(topic, payload, "malformed: %s" % e, received_at)
     except Exception as e:

@@ -18,7 +18,7 @@ batch. What to acknowledge comes from the insert itself (the store's ``last_conf
 not from reading the batch back; while more messages wait, the acknowledgements of several
 batches go out together (``ACK_EVERY_S``), one message per device and boot.
 
-The client is cloud/mqttio.py's: its socket reads in blocks and writes the PUBACKs of a batch
+The client is cloud/transport/mqttio.py's: its socket reads in blocks and writes the PUBACKs of a batch
 in one call, and its network thread (``NetworkLoop``, not paho's ``loop_start``) reads every
 buffered packet before it waits again; paho still builds, parses and tracks every packet.
 The commit runs in the caller's thread, so the network thread keeps reading while SQLite or
@@ -32,7 +32,7 @@ database, a lost database connection, an OS error) is logged and retried with a
 capped backoff that ``stop`` interrupts; the batch stays unacknowledged meanwhile.
 Anything else (a damaged store, a schema mismatch, a bug) ends ``run`` with a
 ``DpsenseError`` whose text is one line. A broker that cannot be reached at start-up
-raises ``BrokerUnreachable`` (cloud/session.py).
+raises ``BrokerUnreachable`` (cloud/transport/session.py).
 """
 from __future__ import annotations
 
@@ -46,12 +46,12 @@ from typing import Any, Callable, NamedTuple
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from dpsense.cloud import topics
 from dpsense.cloud.errors import DpsenseError, ServiceError, StorageUnavailable, UsageError
 from dpsense.cloud.ingest.acks import Acknowledger
 from dpsense.cloud.ingest.classify import classify_correction, classify_reading
-from dpsense.cloud.mqttio import BufferedClient, NetworkLoop
-from dpsense.cloud.session import Session
+from dpsense.cloud.transport import topics
+from dpsense.cloud.transport.mqttio import BufferedClient, NetworkLoop
+from dpsense.cloud.transport.session import Connection, Session
 from dpsense.cloud.storage.repository import DeadLetter
 
 # Errors of a commit that a later try of the same batch may not meet.
@@ -61,28 +61,6 @@ RETRYABLE = (StorageUnavailable, OSError)
 # idle one at once. Boards resend what stays unacknowledged after seconds (docs/protocol.md 3.1).
 ACK_EVERY_S = 0.1
 ACK_MOST = 20000
-
-
-@dataclass(frozen=True)
-class Connection:
-    """How a service reaches the broker."""
-
-    host: str
-    port: int
-    username: str
-    password: str
-    client_id: str
-    keepalive: int = 30
-    tls_ca: str | None = None       # CA (PEM) to check the broker's TLS certificate; None: plain
-
-    def apply(self, client: mqtt.Client) -> None:
-        """Credentials, and TLS (certificate chain and host name checked) when ``tls_ca`` is set."""
-        client.username_pw_set(self.username, self.password)
-        if self.tls_ca:
-            try:
-                client.tls_set(ca_certs=self.tls_ca)
-            except (OSError, ValueError) as e:
-                raise UsageError("--tls-ca %s: %s" % (self.tls_ca, getattr(e, "strerror", None) or e)) from None
 
 
 @dataclass

@@ -1,1 +1,3 @@
-"""Empirical differential-privacy audits of the noise the boards release (CPython only)."""
+"""Privacy: the curator's mechanisms, accountant, calibration, queries and publishing; stream aggregates; the DP audits.
+May import: deploy, storage, correction.
+"""

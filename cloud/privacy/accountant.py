@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from dpsense.cloud.errors import DpsenseError, StorageError
+from dpsense.cloud.errors import RefusedError, StorageError
 
 from .validation import check_delta, check_epsilon
 
@@ -74,8 +74,9 @@ _SCHEMA = (
 )
 
 
-class BudgetError(DpsenseError, ValueError):
-    """A spend would exceed the budget of a data set, or the data set has no budget."""
+class BudgetError(RefusedError, ValueError):
+    """A spend would exceed the budget of a data set, or the data set has no budget (a refusal:
+    ``dpsense`` exits 1)."""
 
 
 @dataclass(frozen=True)

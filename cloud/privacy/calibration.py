@@ -5,8 +5,8 @@
                            quantum=0.01, accountant=acct, dataset="calibration")
     Path("dpsense-data/profile.json").write_text(profile.to_json())
 
-:func:`dpsense.cloud.profile.calibrate` computes the provisioning input of the firmware
-(:class:`dpsense.cloud.profile.DeviceProfile`) in the clear: the relaxed sensitivity of every
+:func:`dpsense.cloud.sim.calibration.calibrate` computes the provisioning input of the firmware
+(:class:`dpsense.cloud.deploy.profile.DeviceProfile`) in the clear: the relaxed sensitivity of every
 column from the 5th and 95th percentiles (Böhler et al. 2017, relaxed sensitivity by percentiles), the centre (the mean) and the
 outlier-layer width w_O (Böhler et al. 2017, from historical data). When the calibration data are themselves
 personal data, those parameters leak them. :func:`dp_calibrate` releases the same
@@ -39,7 +39,7 @@ import numpy as np
 
 from dpsense.cloud.correction.bands import width_from_history
 from dpsense.cloud.correction.rules import normal_radius
-from dpsense.cloud.profile import DeviceProfile
+from dpsense.cloud.deploy.profile import DeviceProfile
 
 from .accountant import BudgetAccountant
 from .mechanisms import Exponential, Laplace
@@ -220,7 +220,7 @@ def dp_calibrate(data: Data, *, bounds: tuple[float, float], epsilon: object, de
                  dbscan_eps: float = 12.0, dbscan_min_samples: int = 60, config_id: int = 1,
                  rng: Rng | None = None, accountant: BudgetAccountant | None = None,
                  dataset: str | None = None) -> DeviceProfile:
-    """A :class:`~dpsense.cloud.profile.DeviceProfile` computed with ``epsilon``-DP from raw calibration data.
+    """A :class:`~dpsense.cloud.deploy.profile.DeviceProfile` computed with ``epsilon``-DP from raw calibration data.
 
     Parameters
     ----------

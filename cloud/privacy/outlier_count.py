@@ -192,8 +192,13 @@ def smooth_bound(Xs: np.ndarray, k: int, r: float, beta: float) -> tuple[float, 
 class CountRelease:
     """A released outlier count and what it guarantees.
 
-    ``sigma`` is given for ``method="global"`` only: for the smooth mechanism the
-    noise scale ``S(X)/alpha`` depends on the data and releasing it is not private.
+    ``value`` is the mechanism's output (unbiased, may fall outside ``[0, n]``); ``clamped``
+    is it post-processed into the valid range ``[0, n]`` (``n`` is public under replace-one
+    neighbours), which is never further from the true count. ``sigma`` is given for
+    ``method="global"`` only: for the smooth mechanism the noise scale ``S(X)/alpha`` depends
+    on the data and releasing it is not private. ``sigma_bound`` is a public upper bound of
+    the noise's standard deviation: ``sigma`` itself (global), or the scale at ``S = n``
+    (smooth: every smooth bound of a count is at most ``n``).
     """
 
     value: float
@@ -203,6 +208,13 @@ class CountRelease:
     delta: Fraction
     guarantee: str
     sigma: float | None = None
+    n: int = 0
+    sigma_bound: float | None = None
+
+    @property
+    def clamped(self) -> float:
+        """``value`` cut to ``[0, n]``: post-processing, no further privacy cost."""
+        return float(min(max(self.value, 0.0), float(self.n)))
 
 
 def dp_outlier_count(X: object, *, k: int, r: float, epsilon: object, delta: object,
@@ -291,7 +303,7 @@ def dp_outlier_count(X: object, *, k: int, r: float, epsilon: object, delta: obj
         if accountant is not None:
             assert dataset is not None    # checked with the accountant: both or neither
             accountant.spend(dataset, eps, dlt, query=query)
-        return CountRelease(value, "global", cols, eps, dlt, guarantee, gmech.sigma)
+        return CountRelease(value, "global", cols, eps, dlt, guarantee, gmech.sigma, n, gmech.sigma)
     smech = SmoothSensitivityGaussian(epsilon=epsilon, delta=delta, paper_mode=paper_mode, rng=rng)
     if paper_mode:
         eps, dlt = Fraction(smech.epsilon), Fraction(smech.delta)
@@ -309,4 +321,4 @@ def dp_outlier_count(X: object, *, k: int, r: float, epsilon: object, delta: obj
     if accountant is not None:
         assert dataset is not None    # checked with the accountant: both or neither
         accountant.spend(dataset, eps, dlt, query=query)
-    return CountRelease(value, "smooth", cols, eps, dlt, guarantee)
+    return CountRelease(value, "smooth", cols, eps, dlt, guarantee, None, n, smech.sigma(n))

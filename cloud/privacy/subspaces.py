@@ -191,13 +191,25 @@ def top_h_subspaces(X: object, *, k: int, r: float, h: int, epsilon: object,
 
 @dataclass(frozen=True)
 class SubspacesWithCounts:
-    """Scenario 2: the selected subspaces and a DP outlier count for each."""
+    """Scenario 2: the selected subspaces and a DP outlier count for each.
+
+    ``counts`` are the mechanism's outputs (unbiased); ``clamped`` cuts them to ``[0, n]``
+    (post-processing). ``sigma_bounds`` are public upper bounds of each count's noise standard
+    deviation: exact for the global method, at ``S = n`` for the smooth one (``sigma_exact``).
+    """
 
     subspaces: tuple[tuple[int, ...], ...]
     counts: tuple[float, ...]
     epsilon: Fraction
     delta: Fraction
     guarantee: str
+    n: int = 0
+    sigma_bounds: tuple[float, ...] = ()
+    sigma_exact: bool = False
+
+    @property
+    def clamped(self) -> tuple[float, ...]:
+        return tuple(float(min(max(c, 0.0), float(self.n))) for c in self.counts)
 
 
 def subspaces_with_counts(X: object, *, k: int, r: float, h: int, epsilon_select: object,
@@ -241,22 +253,26 @@ def subspaces_with_counts(X: object, *, k: int, r: float, h: int, epsilon_select
     u = utilities(a, k, r, cs)
     chosen = [cs[i] for i in _select(u, h, epsilon_select, False, rng)]
     counts = []
+    bounds = []
     for s in chosen:
         xs = a[:, list(s)]
         q = int(np.count_nonzero(subspace_degrees(xs, r) < k))
         if count_method == "smooth":
             m = SmoothSensitivityGaussian(epsilon=eps_c, delta=dlt_c, rng=rng)
             counts.append(m.randomise(q, smooth_bound(xs, k, r, m.beta)[0]))
+            bounds.append(m.sigma(n))
         else:
             g = Gaussian(epsilon=eps_c, delta=dlt_c, sensitivity=global_sensitivity(len(s), k, n),
                          granularity=1, values_on_grid=True, rng=rng)
             counts.append(g.randomise(q))
+            bounds.append(g.sigma)
     if accountant is not None:
         assert dataset is not None    # checked with the accountant: both or neither
         accountant.spend(dataset, total_eps, total_dlt, query=query)
     guarantee = "(%s, %.6g)-DP: selection %s-DP + %d counts at (%s, %s) each" % (
         total_eps, float(total_dlt), eps_sel, h, eps_c, dlt_c)
-    return SubspacesWithCounts(tuple(chosen), tuple(counts), total_eps, total_dlt, guarantee)
+    return SubspacesWithCounts(tuple(chosen), tuple(counts), total_eps, total_dlt, guarantee, n, tuple(bounds),
+                               count_method == "global")
 
 
 __all__ += ["coefficient", "NOT_DP"]

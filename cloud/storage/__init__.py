@@ -1,4 +1,5 @@
-"""Storage for the analyst and the correction server: SQLite by default, PostgreSQL to scale out.
+"""Storage: the analyst's and the correction server's stores, SQLite by default, PostgreSQL to scale out.
+May import: no other role.
 
     analyst = open_analyst_store("sqlite:///var/dpsense/analyst.db")        # relative path
     cs = open_correction_store("postgresql://cs@db.example:5432/corrections")
@@ -70,6 +71,12 @@ def open_store(url: str, role: Role) -> AnalystStore | CorrectionStore:
     if role == "correction":
         return open_correction_store(url)
     raise ValueError("role must be 'analyst' or 'correction', got %r" % (role,))
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file of an SQLite URL (None for PostgreSQL or an in-memory database)."""
+    scheme, target = _parse(url)
+    return target if scheme == "sqlite" and target != ":memory:" else None
 
 
 def _parse(url: str) -> tuple[str, str]:

@@ -4,7 +4,7 @@
     mine = claims.refresh()          # the device groups this analyst closes and scores for now
     rid = claims.next_round_id()     # round ids unique across the analysts sharing the store
 
-A partition is a device group: windows are cut per group (cloud/windows.py), so a group's
+A partition is a device group: windows are cut per group (cloud/analyst/windows.py), so a group's
 windows, their rounds and their verdicts belong to whichever analyst holds the group's row in
 ``dpsense_claims``. ``refresh`` (run every third of a lease) renews this analyst's rows and takes
 free or expired ones with ``SELECT ... FOR UPDATE SKIP LOCKED``, up to its share: the groups

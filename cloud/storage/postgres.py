@@ -42,6 +42,7 @@ from .repository import (
     check_limit,
     correction_conflict,
     dead_letter_row,
+    group_reasons,
     reading_conflict,
     stored_values,
     unpack_values,
@@ -237,6 +238,10 @@ class _PostgresDatabase:
 
     def dead_letter_messages(self) -> int:
         return int(self._rows("count dead-lettered messages", "SELECT coalesce(sum(repeats), 0) FROM dead_letters")[0][0])
+
+    def dead_letter_reasons(self) -> list[tuple[str, int]]:
+        return group_reasons(self._rows("count dead letters by reason",
+                                        "SELECT reason, sum(repeats) FROM dead_letters GROUP BY reason"))
 
     def dead_letter_count(self) -> int:
         return self._scalar("count dead letters", "SELECT count(*) FROM dead_letters")

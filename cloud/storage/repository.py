@@ -90,6 +90,10 @@ class Correction:
     device_id: int = field(default=0, compare=False)
     boot_id: int = field(default=0, compare=False)
     seq: int = field(default=0, compare=False)
+    # The message as received (its topic and bytes), for the dead letter of a conflict; a
+    # correction read back from a store has neither.
+    topic: str = field(default="", compare=False, repr=False)
+    payload: bytes = field(default=b"", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.token) != wire.TOKEN_SIZE:
@@ -223,6 +227,10 @@ class AnalystStore(StreamTables, ABC):
         """Number of messages dead-lettered: the dead letters with their repeats."""
 
     @abstractmethod
+    def dead_letter_reasons(self) -> list[tuple[str, int]]:
+        """Messages dead-lettered per kind of reason (``group_reasons``), the most first."""
+
+    @abstractmethod
     def get_meta(self, key: str) -> str | None:
         """The value stored under ``key``, or None."""
 
@@ -285,6 +293,10 @@ class CorrectionStore(TokenListing, ABC):
         """Number of messages dead-lettered: the dead letters with their repeats."""
 
     @abstractmethod
+    def dead_letter_reasons(self) -> list[tuple[str, int]]:
+        """Messages dead-lettered per kind of reason (``group_reasons``), the most first."""
+
+    @abstractmethod
     def close(self) -> None:
         """Close the connection; further calls fail. Closing twice is harmless."""
 
@@ -332,6 +344,18 @@ def unpack_values(blob: bytes) -> tuple[int, ...]:
     return struct.unpack("<%di" % (len(blob) // 4), blob)
 
 
+def group_reasons(rows: list[tuple[Any, ...]]) -> list[tuple[str, int]]:
+    """``(reason, messages)`` rows summed by kind of reason: numbers become N and a parenthesised
+    hint is dropped, so 'no key for device 1 (...)' and '... device 2 (...)' are one kind,
+    'no key for device N'. The most frequent first."""
+    import re
+    out: dict[str, int] = {}
+    for reason, n in rows:
+        kind = re.sub(r"\d+", "N", str(reason).split(" (", 1)[0]).strip()
+        out[kind] = out.get(kind, 0) + int(n)
+    return sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
 def dead_letter_digest(letter: DeadLetter) -> bytes:
     """The key that makes a dead letter unique: SHA-256 over topic, reason and the whole
     payload (through its own SHA-256, so a stored prefix gives the same key)."""
@@ -371,12 +395,15 @@ def reading_conflict(reading: Reading) -> DeadLetter:
 
 
 def correction_conflict(correction: Correction) -> DeadLetter:
-    """The dead letter for a correction whose token is stored with a different d_diff.
+    """The dead letter for a correction whose token is stored with a different d_diff: the
+    message as it arrived (a sealed record stays sealed), when the ingest kept it.
 
-    A ``Correction`` carries no topic, so the dead letter's topic is empty. Packed with the
-    layout directly: a correction read back from a store has no header (device 0).
+    Otherwise (a ``Correction`` made without its message) the topic is empty and the payload
+    is packed with the plain layout: a correction read back from a store has no header (device 0).
     """
     c = correction
+    if c.payload:
+        return DeadLetter(c.topic, c.payload, CONFLICTING_DUPLICATE, correction.received_at)
     payload = struct.pack(wire.CORRECTION, wire.VERSION, wire.KIND_CORRECTION, 0, c.device_id, c.boot_id,
                           c.seq, bytes(c.token), c.d_diff)
     return DeadLetter("", payload, CONFLICTING_DUPLICATE, correction.received_at)

@@ -40,6 +40,7 @@ from .repository import (
     check_limit,
     correction_conflict,
     dead_letter_row,
+    group_reasons,
     reading_conflict,
     stored_values,
     unpack_values,
@@ -257,6 +258,10 @@ class _SqliteDatabase:
 
     def dead_letter_messages(self) -> int:
         return int(self._rows("count dead-lettered messages", "SELECT coalesce(sum(repeats), 0) FROM dead_letters")[0][0])
+
+    def dead_letter_reasons(self) -> list[tuple[str, int]]:
+        return group_reasons(self._rows("count dead letters by reason",
+                                        "SELECT reason, sum(repeats) FROM dead_letters GROUP BY reason"))
 
     def dead_letter_count(self) -> int:
         return self._scalar("SELECT count(*) FROM dead_letters", "count dead letters")

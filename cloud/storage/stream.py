@@ -102,7 +102,7 @@ POSTGRES_V2 = (
     "CREATE TABLE counters (name text PRIMARY KEY, value double precision NOT NULL)",
 )
 
-# Fields of a board's status message the analyst keeps (firmware/app.py, cloud/gateway.py);
+# Fields of a board's status message the analyst keeps (firmware/app.py, cloud/transport/gateway/);
 # anything else in a status message is dropped, so nothing a board adds by mistake is stored.
 STATUS_FIELDS = ("event", "device", "boot", "board", "entropy", "eps_record", "eps_record_worst", "eps_a",
                  "window", "spent", "cap", "withheld", "released", "dropped", "pending", "sensor", "mem_free")
@@ -241,6 +241,14 @@ class StreamTables(TokenListing):
     def max_row_id(self) -> int:
         """The newest reading's row id (0 when there is none): an index lookup, whatever the size."""
         return int(self._rows("read the newest row id", "SELECT coalesce(max(row_id), 0) FROM readings")[0][0])
+
+    def released_rows(self, group: str, since: float, until: float) -> list[tuple[Any, ...]]:
+        """``(arrival, config_id, values)`` of the group's readings that arrived in ``[since,
+        until)``, in arrival order: the values as released (wire bytes), for the aggregates."""
+        cond, params = _group_filter(group)
+        return self._rows("read the readings of group %s" % group, self._q(
+            "SELECT received_at, config_id, vals FROM readings WHERE received_at >= ? AND received_at < ? AND "
+            + cond + " ORDER BY row_id"), (since, until) + params)
 
     # -- device groups ------------------------------------------------------------------------------
     def set_device_group(self, device_id: int, group: str, at: float) -> None:

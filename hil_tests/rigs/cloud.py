@@ -1,4 +1,4 @@
-"""The host side every rig shares: Mosquitto (cloud.broker), both ingest services, a relay.
+"""The host side every rig shares: Mosquitto (cloud.deploy.broker), both ingest services, a relay.
 
     cloud = CloudSide(tmp_path / "cloud")
     cloud.start()                              # broker, `dpsense ingest` x2, status listener
@@ -25,8 +25,8 @@ from typing import Callable
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from dpsense.cloud import topics
-from dpsense.cloud.broker import Broker, free_port
+from dpsense.cloud.transport import topics
+from dpsense.cloud.deploy.broker import Broker, free_port
 from dpsense.cloud.storage import open_analyst_store, open_correction_store
 from dpsense.cloud.storage.repository import Gap, Reading
 

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from dpsense.cloud.alerts import Alerts, check_webhook
+from dpsense.cloud.ops.alerts import Alerts, check_webhook
 from dpsense.cloud.storage import Verdict, WindowRecord
 
 WINDOW = WindowRecord(3, "hall-a", 1, "time", 1000.0, 1005.0, 1005.0, 250, "done", 1, 9, None, 5, 1, 1, 5, 0,
@@ -115,7 +115,7 @@ def test_webhook_urls_are_http(url: str) -> None:
 
 
 def test_an_alert_over_the_broker_packet_limit_is_split_into_parts() -> None:
-    from dpsense.cloud.alerts import ALERT_LIMIT, alert_document, mqtt_parts
+    from dpsense.cloud.ops.alerts import ALERT_LIMIT, alert_document, mqtt_parts
     many = [Verdict(3, "hall-a", 40 + i, 7, 2, i, 1001.5, True, False, False, True) for i in range(2000)]
     body = json.dumps(alert_document(WINDOW, many), separators=(",", ":")).encode()
     assert len(body) > ALERT_LIMIT

@@ -91,8 +91,8 @@ def test_the_example_of_docs_protocol_6_4():
 
 def test_a_secure_round_sized_message_needs_the_secure_bound():
     # Mode secure's garbled comparison of a 10,000-row window is about 20 MB, past the default
-    # bound; its receivers use secure.MAX_MESSAGE (cloud/correction/server.py, analyst.py).
-    from dpsense.cloud.correction.secure import MAX_MESSAGE, garbled_size
+    # bound; its receivers use secure.MAX_MESSAGE (cloud/correction/server.py, cloud/analyst/service.py).
+    from dpsense.cloud.correction.mpc.secure import MAX_MESSAGE, garbled_size
     payload = os.urandom(garbled_size(10_000))
     parts = chunks.split(payload)
     assert len(payload) > chunks.MAX_MESSAGE and all(len(p) <= chunks.CHUNK_SIZE for p in parts)

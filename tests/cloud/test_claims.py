@@ -135,7 +135,7 @@ def test_a_shared_subscription_group_is_one_plain_topic_level(group: str) -> Non
 
 
 def test_worker_identities() -> None:
-    from dpsense.cloud.broker import worker_account
+    from dpsense.cloud.deploy.broker import worker_account
     from dpsense.cloud.ingest.service import shared_filter
     assert shared_filter(None, "dpsense/readings/+") == "dpsense/readings/+"
     assert shared_filter("analyst-ingest", "dpsense/readings/+") == "$share/analyst-ingest/dpsense/readings/+"
@@ -166,7 +166,7 @@ def test_an_analyst_whose_lease_lapses_mid_round_stores_nothing_and_the_taker_sc
     Analyst 1's completion is refused (fencing): every window is scored once, all by analyst 2."""
     import numpy as np
 
-    from dpsense.cloud.windows import WindowSpec
+    from dpsense.cloud.analyst.windows import WindowSpec
     from tests.cloud.test_stream_analyst import Clock, Fleet, InProcessServer, make_analyst
 
     fleet = Fleet()

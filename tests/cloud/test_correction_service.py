@@ -89,8 +89,8 @@ def test_bad_messages_get_an_error_reply_not_a_crash():
 
 @pytest.mark.parametrize("detector", ["dbscan", "kr", "beta_r"])
 def test_analyst_detectors_find_an_isolated_reading(detector):
-    from dpsense.cloud.analyst import Analyst, AnalystParams
-    from dpsense.cloud.ingest.service import Connection
+    from dpsense.cloud.analyst.service import Analyst, AnalystParams
+    from dpsense.cloud.transport.session import Connection
     rng = np.random.default_rng(1)
     values = np.vstack([rng.normal(0, 1, (300, 2)), [[40.0, 40.0]]])
     a = Analyst(Connection("127.0.0.1", 1, "analyst", "x", "t"), lambda: None,
@@ -100,7 +100,7 @@ def test_analyst_detectors_find_an_isolated_reading(detector):
 
 
 def test_analyst_rejects_an_unknown_detector():
-    from dpsense.cloud.analyst import AnalystParams
+    from dpsense.cloud.analyst.service import AnalystParams
     with pytest.raises(ValueError):
         AnalystParams(eps_q=1.0, min_samples=5, detector="iforest")
 
@@ -190,7 +190,7 @@ class _Loop:
 def _fleet(n=3000, seed=5):
     """A board-made window: core within 5 quanta of c = (100, -50), 300 outliers 400-600 out,
     discrete Laplace noise of scale 8 quanta, d_diff as the boards compute it."""
-    from dpsense.cloud.experiments.noise import discrete_laplace
+    from dpsense.cloud.sim.experiments.noise import discrete_laplace
     from dpsense.protocol.distance import distance_difference
     rng = np.random.default_rng(seed)
     c = np.array([100, -50])
@@ -204,8 +204,8 @@ def _fleet(n=3000, seed=5):
 
 
 def _analyst(params, client, profile=None):
-    from dpsense.cloud.analyst import Analyst
-    from dpsense.cloud.ingest.service import Connection
+    from dpsense.cloud.analyst.service import Analyst
+    from dpsense.cloud.transport.session import Connection
     a = Analyst(Connection("127.0.0.1", 1, "analyst", "x", "t"), lambda: None, params, log=lambda s: None,
                 clock=lambda: 1001.0, profile=profile)
     a._client = client
@@ -216,7 +216,7 @@ def _analyst(params, client, profile=None):
 
 @pytest.mark.parametrize("mode", ["paper", "bands", "secure"])
 def test_analyst_window_round_in_each_mode(mode):
-    from dpsense.cloud.analyst import AnalystParams
+    from dpsense.cloud.analyst.service import AnalystParams
     xp, tokens, table, c, outlier = _fleet()
     params = CorrectionParams(w_o=200.0, split="noise", layers="provable", noise_scale=8.0, normal_radius=8.0)
     rounds = CorrectionRounds(params, lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode=mode,
@@ -242,7 +242,7 @@ def test_analyst_window_round_in_each_mode(mode):
 
 
 def test_analyst_skips_the_paper_round_when_o_prime_is_near_the_expected_share():
-    from dpsense.cloud.analyst import AnalystParams
+    from dpsense.cloud.analyst.service import AnalystParams
     xp, tokens, table, c, outlier = _fleet()
     a = _analyst(AnalystParams(eps_q=10.0, min_samples=20, window=3000, mode="paper", centre_q=(100.0, -50.0),
                                skip_margin=0.1), None)       # a round would fail: there is no broker
@@ -256,8 +256,8 @@ def test_analyst_skips_the_paper_round_when_o_prime_is_near_the_expected_share()
 
 
 def test_mode_bands_holds_its_windows_until_the_profile_gives_width_and_centre():
-    from dpsense.cloud.analyst import AnalystParams
-    from dpsense.cloud.profile import DeviceProfile
+    from dpsense.cloud.analyst.service import AnalystParams
+    from dpsense.cloud.deploy.profile import DeviceProfile
     xp, tokens, table, c, outlier = _fleet()
     rounds = CorrectionRounds(CorrectionParams(w_o=0.0, normal_radius=8.0),
                               lambda ts: {t: table[t] for t in ts if t in table}, grace=0, mode="bands",
@@ -280,7 +280,7 @@ def test_mode_bands_holds_its_windows_until_the_profile_gives_width_and_centre()
 @pytest.mark.parametrize("mode", ["paper", "bands"])
 def test_without_the_provisioned_centre_there_is_no_round(mode):
     # Distances from any other point (the window's mean) would void "no normal reading added".
-    from dpsense.cloud.analyst import AnalystParams
+    from dpsense.cloud.analyst.service import AnalystParams
     xp, tokens, table, c, outlier = _fleet()
     a = _analyst(AnalystParams(eps_q=10.0, min_samples=20, window=3000, mode=mode, band_width_q=100.0,
                                skip_margin=-1.0), None)
@@ -296,7 +296,7 @@ def test_the_server_refuses_rounds_until_its_parameters_are_known():
     from dpsense.cloud.correction.honest import RoundLedger
     from dpsense.cloud.correction.server import CorrectionServer
     from dpsense.cloud.errors import UsageError
-    from dpsense.cloud.ingest.service import Connection
+    from dpsense.cloud.transport.session import Connection
     known: list[CorrectionParams] = []
     key = dict(noise_key=b"k" * 32, epsilon=Fraction(1))
     server = CorrectionServer(Connection("127.0.0.1", 1, "correction", "x", "t"),

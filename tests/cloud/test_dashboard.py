@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dpsense.cloud import cli, results
-from dpsense.cloud.dashboard.data import RATE_WINDOW_S, StoreSource
-from dpsense.cloud.dashboard.server import DashboardServer, is_loopback
+from dpsense.cloud import cli
+
+from dpsense.cloud.ops import results
+from dpsense.cloud.ops.dashboard.data import RATE_WINDOW_S, StoreSource
+from dpsense.cloud.ops.dashboard.server import DashboardServer, is_loopback
 from dpsense.cloud.storage import DeadLetter, DeviceStatus, Reading, StorageError, Verdict, open_analyst_store
 from dpsense.cloud.storage.records import WindowOutcome
 
@@ -356,3 +358,45 @@ def test_a_non_loopback_host_is_warned_about(tmp_path: Path, capsys: pytest.Capt
     assert error.startswith("dpsense dashboard: cannot listen on 192.0.2.1")
 
 
+
+
+def test_metrics_carry_device_group_and_reason_labels(served: DashboardServer, url: str) -> None:
+    """What an operator alerts on: per device (readings, last seen, epsilon), per group (pending
+    readings and their age, windows awaiting a verdict), dead letters per reason class."""
+    body = _request(served, "/metrics")[2].decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(body) for s in f.samples}
+
+    def get(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    assert get("dpsense_device_readings_total", device="d1", group="default") == 4
+    assert get("dpsense_device_readings_total", device="d3", group="hall-a") == 7
+    assert get("dpsense_device_last_seen_timestamp_seconds", device="d3", group="hall-a") == NOW - 4
+    assert get("dpsense_device_epsilon_spent", device="d1", group="default") == 2.0     # 4 x 1/2
+    assert get("dpsense_device_epsilon_window_cap", device="d1", group="default") == 10
+    assert ("dpsense_device_epsilon_window_cap", (("device", "d2"), ("group", "default"))) not in samples
+    assert get("dpsense_group_windows_waiting", group="hall-a") == 1
+    assert get("dpsense_group_oldest_waiting_window_timestamp_seconds", group="hall-a") == NOW - 3
+    assert get("dpsense_group_windows_waiting", group="default") == 0
+    assert get("dpsense_group_readings_pending", group="default") == 0
+    assert ("dpsense_group_oldest_pending_timestamp_seconds", (("group", "default"),)) not in samples
+    assert get("dpsense_dead_letters_by_reason_total", reason="truncated") == 1
+
+
+def test_reason_kinds_drop_the_particulars() -> None:
+    from dpsense.cloud.storage.repository import group_reasons
+    assert group_reasons([("no key for device 12 (tools/flash.py provision gives it one)", 2),
+                          ("no key for device 3 (tools/flash.py provision gives it one)", 1),
+                          ("kind 9 message on the corrections topic", 1)]) == [
+        ("no key for device N", 3), ("kind N message on the corrections topic", 1)]
+
+
+def test_every_metric_the_alert_rules_name_is_exported(served: DashboardServer) -> None:
+    import re
+    rules = (Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "dpsense-alerts.yml").read_text()
+    named = set(re.findall(r"\bdpsense_[a-z_]+", rules))
+    body = _request(served, "/metrics")[2].decode()
+    families = list(text_string_to_metric_families(body))
+    exported = {f.name for f in families} | {s.name for f in families for s in f.samples}
+    assert len(named) >= 6 and named <= exported, named - exported

@@ -1,11 +1,11 @@
-"""cloud/gateway/: framed lines -> publishes, console lines logged, malformed lines counted,
+"""cloud/transport/gateway/: framed lines -> publishes, console lines logged, malformed lines counted,
 polls answered with what the broker has, event lines expanded."""
 from __future__ import annotations
 
 import json
 import struct
 
-from dpsense.cloud.gateway.relay import Gateway
+from dpsense.cloud.transport.gateway.relay import Gateway
 from dpsense.protocol import seal, wire
 from dpsense.protocol.framing import frame
 from tests import vectors
@@ -246,7 +246,7 @@ def test_every_event_the_micro_bit_node_writes_is_one_the_gateway_reads():
     """firmware/mbio.py and mbnode.py write their event lines with their own format strings;
     each kind, with records kept and not and a window cap reached, parses by EVENTS, and
     names the board and entropy source as firmware/boards/microbit.py does."""
-    from dpsense.cloud.gateway.events import EVENTS, parse_event
+    from dpsense.cloud.transport.gateway.events import EVENTS, parse_event
     from dpsense.protocol.rng import XorShift32
     from tests.portable import test_mbnode as node
     from firmware.boards import microbit

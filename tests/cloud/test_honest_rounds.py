@@ -160,8 +160,9 @@ def test_the_noise_key_is_made_once_private_and_a_damaged_one_is_refused(tmp_pat
 def test_status_prints_the_round_ledger(tmp_path, capsys):
     from dpsense.cloud.cli import main
     from dpsense.cloud.correction.honest import ledger_target
-    from dpsense.cloud.storage import open_correction_store
+    from dpsense.cloud.storage import open_analyst_store, open_correction_store
     adb, cdb = "sqlite:///%s/a.db" % tmp_path, "sqlite:///%s/c.db" % tmp_path
+    open_analyst_store(adb).close()         # status never creates it
     open_correction_store(cdb).close()
     # The ledger is in the correction database, where every correction-server worker finds it.
     ledger = RoundLedger(ledger_target(cdb))
@@ -178,7 +179,7 @@ def test_status_prints_the_round_ledger(tmp_path, capsys):
 
 
 def _analyst_and_server(policy, table=None, **params):
-    from dpsense.cloud.analyst import AnalystParams
+    from dpsense.cloud.analyst.service import AnalystParams
     from tests.cloud.roundkit import Exact
     from tests.cloud.test_correction_service import _analyst, _fleet, _Loop, _window_store
     xp, tokens, full, c, outlier = _fleet()
@@ -200,7 +201,7 @@ def test_a_window_the_server_finds_too_small_completes_uncorrected():
 
 
 def test_missing_records_hold_the_window_until_the_hold_time_is_over():
-    from dpsense.cloud.analyst import RoundHeld
+    from dpsense.cloud.analyst.service import RoundHeld
     drop = lambda tokens, full: {t: d for i, (t, d) in enumerate(full.items()) if i % 10}  # noqa: E731
     a, store, w = _analyst_and_server(RoundPolicy(), table=drop, max_hold=600.0)
     with pytest.raises(RoundHeld, match="no correction record"):
@@ -236,7 +237,7 @@ def _secure(rounds, rid, window, tokens, dist, **kw):
     """One mode-secure round in-process; the reply to secure-open if it is an error, else R."""
     import base64
 
-    from dpsense.cloud.correction.secure import BITS, Evaluator
+    from dpsense.cloud.correction.mpc.secure import BITS, Evaluator
     ev = Evaluator(dist)
     body = dict(tokens=msg.tokens_field(tokens), bits=BITS, a=base64.b64encode(ev.open()).decode())
     if window is not None:
@@ -251,7 +252,7 @@ def _secure(rounds, rid, window, tokens, dist, **kw):
 
 
 def test_secure_rounds_follow_the_honest_rules_on_noisy_d_diff():
-    from dpsense.cloud.correction.secure import candidates
+    from dpsense.cloud.correction.mpc.secure import candidates
     rng = np.random.default_rng(5)
     tokens = [rng.bytes(8) for _ in range(300)]
     d = rng.integers(-30, 30, 300)
@@ -323,8 +324,8 @@ def test_a_race_between_two_servers_is_decided_by_the_ledger(shared_ledger):
 def _restart(tmp_path, *argv, profile_delta=(8, 8)):
     """`dpsense correction-server` on one data dir; nothing listens on the broker port, so a server
     that gets past its ledger check stops there (rc 2, "cannot reach the broker")."""
-    from dpsense.cloud.broker import free_port
-    from dpsense.cloud.profile import DeviceProfile, save_profile
+    from dpsense.cloud.deploy.broker import free_port
+    from dpsense.cloud.deploy.profile import DeviceProfile, save_profile
     save_profile(tmp_path, DeviceProfile(quantum=1.0, domain=1000.0, delta_q=profile_delta, epsilon="1",
                                          centre_q=(0, 0), w_o_q=30.0))
     r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "correction-server", "--data-dir", str(tmp_path),

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from sklearn.cluster import DBSCAN
 from sklearn.neighbors import KDTree
 
-from dpsense.cloud.outliers import BetaRAnomalies, DBSCANOutliers, DistanceOutliers
-from dpsense.cloud.outliers.dbscan import tree_core_noise
-from dpsense.cloud.outliers.grid import grid_core_noise, grid_fits
+from dpsense.cloud.analyst.outliers import BetaRAnomalies, DBSCANOutliers, DistanceOutliers
+from dpsense.cloud.analyst.outliers.dbscan import tree_core_noise
+from dpsense.cloud.analyst.outliers.grid import grid_core_noise, grid_fits
 
 ORACLE = settings(max_examples=200, deadline=None, derandomize=True)
 

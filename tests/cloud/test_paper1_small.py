@@ -14,9 +14,9 @@ import pytest
 from scipy import stats
 
 from dpsense.cloud import cli
-from dpsense.cloud.experiments.noise import discrete_laplace, discrete_laplace_pmf
-from dpsense.cloud.experiments import paper1
-from dpsense.cloud.experiments.paper1 import Paper1Config, markdown, run_paper1, summarise, target_check
+from dpsense.cloud.sim.experiments.noise import discrete_laplace, discrete_laplace_pmf
+from dpsense.cloud.sim.experiments import paper1
+from dpsense.cloud.sim.experiments.paper1 import Paper1Config, markdown, run_paper1, summarise, target_check
 
 SEPS = (220.0, 400.0)
 EPS = (0.1, 0.5, 1.0)

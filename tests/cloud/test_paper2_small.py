@@ -6,9 +6,9 @@ import pytest
 from scipy import stats
 
 from dpsense.cloud import cli
-from dpsense.cloud.datasets import DataNotInstalled
-from dpsense.cloud.experiments.paper2 import Paper2Config, evaluate, ionosphere, run_paper2, synthetic
-from dpsense.cloud.experiments.verify import (
+from dpsense.cloud.sim.datasets import DataNotInstalled
+from dpsense.cloud.sim.experiments.paper2 import Paper2Config, evaluate, ionosphere, run_paper2, synthetic
+from dpsense.cloud.sim.experiments.verify import (
     TARGET,
     VerifyConfig,
     _keep_probability,

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 
 from dpsense.cloud import cli
-from dpsense.cloud.datasets import DataNotInstalled
+from dpsense.cloud.sim.datasets import DataNotInstalled
 
-paper3 = pytest.importorskip("dpsense.cloud.experiments.paper3")
+paper3 = pytest.importorskip("dpsense.cloud.sim.experiments.paper3")
 
 
 @pytest.fixture(scope="module")
 def result():
     try:
-        from dpsense.cloud.datasets import load_adult
+        from dpsense.cloud.sim.datasets import load_adult
         rows = load_adult()
     except DataNotInstalled as e:
         pytest.skip(str(e))

@@ -11,7 +11,7 @@ Deterministic (seeded generator), no tolerance for chance.
 import numpy as np
 import pytest
 
-from dpsense.cloud.datasets import paper1_synthetic, relaxed_sensitivity
+from dpsense.cloud.sim.datasets import paper1_synthetic, relaxed_sensitivity
 
 SEEDS = range(1001, 1021)
 

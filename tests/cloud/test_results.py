@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpsense.cloud import results
-from dpsense.cloud.analyst import AnalystParams
+from dpsense.cloud.ops import results
+from dpsense.cloud.analyst.service import AnalystParams
 from dpsense.cloud.cli import main
-from dpsense.cloud.devices import check_group, classify_status
+from dpsense.cloud.analyst.devices import check_group, classify_status
 from dpsense.cloud.storage import (
     AnalystStore,
     Correction,
@@ -26,7 +26,7 @@ from dpsense.cloud.storage import (
     open_correction_store,
 )
 from dpsense.cloud.storage.records import WindowOutcome
-from dpsense.cloud.windows import WindowSpec, min_window_size, parse_window
+from dpsense.cloud.analyst.windows import WindowSpec, min_window_size, parse_window
 
 
 @pytest.mark.parametrize("text, spec", [
@@ -227,9 +227,9 @@ def test_status_shows_the_ack_backlog_per_device(tmp_path: Path, capsys: pytest.
 
 
 def test_fleet_encoder_continues_where_it_stopped() -> None:
-    from dpsense.cloud.profile import calibrate
-    from dpsense.cloud.simulate import encode_fleet
-    from dpsense.cloud.simulate import FleetEncoder
+    from dpsense.cloud.sim.calibration import calibrate
+    from dpsense.cloud.sim.simulate import encode_fleet
+    from dpsense.cloud.sim.simulate import FleetEncoder
     rng = np.random.default_rng(2)
     x = rng.normal(0, 3, (25, 2))
     profile = calibrate(rng.normal(0, 3, (2000, 2)), "1", 0.01)

@@ -13,7 +13,7 @@ from dpsense.cloud.correction.sealed import (DeviceKeys, KeyStore, ReplayGuard, 
                                              SealedStore, open_record)
 from dpsense.cloud.errors import UsageError
 from dpsense.cloud.storage.repository import Correction, DeadLetter
-from dpsense.cloud.topics import CORRECTIONS
+from dpsense.cloud.transport.topics import CORRECTIONS
 from dpsense.protocol import seal, wire
 from tests import vectors
 
@@ -220,6 +220,8 @@ def test_status_names_the_plaintext_devices(tmp_path):
     ks.add_device(1)
     ks.add_device(2)
     ks.set_plaintext(10)
+    from dpsense.cloud.storage import open_analyst_store
+    open_analyst_store("sqlite:///%s" % (tmp_path / "analyst.db")).close()     # status never creates it
     r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "status", "--data-dir", str(tmp_path)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -290,4 +292,54 @@ def test_the_sealed_ingest_acknowledges_committed_records_by_their_header_and_ne
         sent.clear()
         assert svc.process([_Msg(CORRECTIONS, good[1], 0, 0, 1, 2.0)])   # a resend: acknowledged again
         assert [wire.decode_ack(p)[1:] for _, p in sent] == [(7, 4, [(1, 1)])]
+        svc.store._guard.close()
+
+
+def test_a_sealed_conflicts_dead_letter_keeps_the_record_as_received(tmp_path):
+    """docs/protocol.md section 10: the dead letter of a conflicting duplicate keeps the payload
+    that arrived (here the sealed bytes), not a plain record rebuilt from its fields."""
+    from dpsense.cloud.storage import open_correction_store
+    from dpsense.cloud.storage.repository import CONFLICTING_DUPLICATE
+    ing = SealedIngest(_store(tmp_path), ReplayGuard())
+    s = sealer()
+    first = s.seal(7, 1, 0, 1, vectors.TOKEN, -1234)
+    other = s.seal(7, 1, 1, 2, vectors.TOKEN, 55)             # the same token with another d_diff
+    with open_correction_store("sqlite://") as cs:
+        assert cs.add_batch([classify(ing, first)], []) == 1
+        assert cs.add_batch([classify(ing, other)], []) == 0
+        (letter,) = cs.dead_letters()
+    assert (letter.topic, letter.reason, letter.payload) == (CORRECTIONS, CONFLICTING_DUPLICATE, other)
+
+
+def test_a_late_identical_resend_is_a_duplicate_and_a_changed_one_a_replay(tmp_path):
+    """A board whose acknowledgement was lost resends a record long after the replay guard
+    forgot its nonce: the sealed ingest finds that very record in the store, so it is stored
+    once and acknowledged again. A late record with other bytes (another d_diff or token under
+    the same nonce) stays a replay, and so does one the store does not hold."""
+    from dpsense.cloud.ingest.service import Connection, _Msg
+    from dpsense.cloud.correction.sealed import sealed_ingest
+    from dpsense.cloud.storage import open_correction_store
+    ks = KeyStore.for_data_dir(tmp_path / "data")
+    ks.add_device(7, KEYS)
+    s = sealer()
+    first = s.seal(7, 4, 0, 1, bytes([1]) * 8, 11)
+    later = [s.seal(7, 4, q, q + 1, bytes([q + 1]) * 8, q) for q in range(1, 12)]
+    with open_correction_store("sqlite:///%s/c.db" % tmp_path) as store:
+        svc = sealed_ingest(Connection("127.0.0.1", 1, "correction-ingest", "pw", "t"), store, tmp_path / "data",
+                            log=lambda s: None)
+        svc.classify.__self__.guard.window = 4                          # forget fast
+        sent: list[tuple[str, bytes]] = []
+        svc.acker.publish = lambda t, p: sent.append((t, p))
+        assert svc.process([_Msg(CORRECTIONS, p, 0, 0, 1, 1.0) for p in [first] + later])
+        assert store.count() == 12
+        sent.clear()
+        assert svc.process([_Msg(CORRECTIONS, first, 0, 0, 1, 2.0)])    # nonce 1, 11 below the highest
+        assert store.count() == 12 and store.dead_letter_count() == 0
+        assert [wire.decode_ack(p)[1:] for _, p in sent] == [(7, 4, [(0, 0)])]
+        changed = sealer().seal(7, 4, 0, 1, bytes([1]) * 8, 12)           # same nonce and token, other d_diff
+        unknown = sealer().seal(7, 4, 0, 2, bytes([9]) * 8, 11)           # a token the store does not hold
+        sent.clear()
+        assert svc.process([_Msg(CORRECTIONS, p, 0, 0, 1, 3.0) for p in (changed, unknown)])
+        assert store.count() == 12 and store.dead_letter_count() == 2 and sent == []
+        assert all(d.reason.startswith("replayed: nonce") for d in store.dead_letters())
         svc.store._guard.close()

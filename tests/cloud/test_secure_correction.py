@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from dpsense.cloud.correction import ot
+from dpsense.cloud.correction.mpc import ot
 from dpsense.cloud.correction.bands import band_candidates
-from dpsense.cloud.correction.garble import (
+from dpsense.cloud.correction.mpc.garble import (
     BITS,
     FIXED_KEY,
     FixedKeyHash,
@@ -29,7 +29,7 @@ from dpsense.cloud.correction.garble import (
     tweaks,
     value_bits,
 )
-from dpsense.cloud.correction.secure import (
+from dpsense.cloud.correction.mpc.secure import (
     E_MAX,
     T_MAX,
     Evaluator,
@@ -365,7 +365,7 @@ def test_base_ot_reply_does_not_depend_on_the_choice():
 def test_secure_guarantee_on_board_made_windows():
     """No reading within rho of c is a candidate; every reading farther than rho + 3 is one,
     with d_diff as the boards compute it and any noise (heavy noise here: scale 40 quanta)."""
-    from dpsense.cloud.experiments.noise import discrete_laplace
+    from dpsense.cloud.sim.experiments.noise import discrete_laplace
     from dpsense.protocol.distance import distance_difference
     rng = np.random.default_rng(11)
     c = np.array([300, -120])
@@ -392,7 +392,7 @@ def test_half_gate_tables_match_the_published_equations():
     """One AND gate with fixed labels, against ZRE15's equations written on bytes:
     T_G = H(A0, j) ^ H(A1, j) ^ p_b Delta, T_E = H(B0, j') ^ H(B1, j') ^ A0,
     C0 = H(A0, j) ^ p_a T_G ^ H(B0, j') ^ p_b (T_E ^ A0), j' = j + n (here n = 1)."""
-    from dpsense.cloud.correction.garble import _garble_and
+    from dpsense.cloud.correction.mpc.garble import _garble_and
 
     enc = Cipher(algorithms.AES(FIXED_KEY), modes.ECB()).encryptor()
 

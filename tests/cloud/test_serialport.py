@@ -1,4 +1,4 @@
-"""cloud/serialport.py: the byte pipe the gateway and the raw REPL share, over a real pty."""
+"""cloud/transport/serialport.py: the byte pipe the gateway and the raw REPL share, over a real pty."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from dpsense.cloud.serialport import PortError, PtyTransport, SerialTransport, open_transport
+from dpsense.cloud.transport.serialport import PortError, PtyTransport, SerialTransport, open_transport
 
 
 @pytest.fixture

@@ -337,6 +337,19 @@ def test_conflicting_correction_becomes_a_dead_letter(cs: CorrectionStore) -> No
     assert cs.dead_letter_count() == 1
 
 
+def test_an_oversize_status_dead_letter_keeps_the_whole_size_and_sha256(analyst: AnalystStore) -> None:
+    """The status classifier cut the payload to 2048 bytes before the store saw it: size and
+    SHA-256 then described the cut (docs/protocol.md section 10 says the whole payload's)."""
+    from dpsense.cloud.analyst.devices import MAX_STATUS_BYTES, classify_status
+    payload = b'{"event":"boot","pad":"' + b"x" * 5000 + b'"}'
+    letter = classify_status("dpsense/status/d7", payload, 1.0)
+    assert isinstance(letter, DeadLetter) and letter.reason == "status message over %d bytes" % MAX_STATUS_BYTES
+    analyst.add_batch([], [letter])
+    (back,) = analyst.dead_letters()
+    assert (back.size, back.sha256) == (len(payload), hashlib.sha256(payload).digest())
+    assert back.payload == payload[:DEAD_LETTER_PREFIX]
+
+
 def _columns(url: str) -> dict[str, set[str]]:
     """``table -> column names`` of the database at ``url``."""
     if url.startswith("sqlite:///"):

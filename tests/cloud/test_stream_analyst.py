@@ -5,6 +5,7 @@ A fake clock drives it: readings get arrival times, ``poll`` is called at chosen
 from __future__ import annotations
 
 import itertools
+import time
 import json
 import threading
 from collections.abc import Iterator
@@ -13,15 +14,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dpsense.cloud import topics
-from dpsense.cloud.analyst import Analyst, AnalystParams
+from dpsense.cloud.transport import topics
+from dpsense.cloud.analyst.service import Analyst, AnalystParams
 from dpsense.cloud.correction import messages as msg
 from dpsense.cloud.correction.rules import CorrectionParams
 from dpsense.cloud.correction.server import CorrectionRounds
-from dpsense.cloud.ingest.service import Connection
+from dpsense.cloud.transport.session import Connection
 from dpsense.cloud.storage import AnalystStore, Reading, open_analyst_store
 from tests.cloud.roundkit import LOOSE, Exact, Wire
-from dpsense.cloud.windows import WindowSpec
+from dpsense.cloud.analyst.windows import WindowSpec
 
 MIN_SAMPLES = 10            # floor: 20 readings
 
@@ -206,6 +207,26 @@ def test_a_failed_round_holds_the_window_and_stores_nothing_until_it_completes(s
     assert store.counters()["rounds_failed"] == 2
 
 
+def test_a_held_windows_event_names_the_round_attempts_its_record_counts(store: AnalystStore) -> None:
+    """Held before any round (no profile yet): 0 attempts, in the record, the event and the log
+    alike (it said "attempt 2" while the dashboard said "held after 0 attempts")."""
+    fleet = Fleet()
+    store.add_batch(fleet.readings(1, spread(4100.0, 4105.0, 50)), [])
+    clock = Clock(4106.0)
+    server = InProcessServer(fleet.d_diff)
+    a, logs = make_analyst(store, server, clock, WindowSpec(seconds=5), centre_q=None)
+    assert a.poll(store) == 0
+    (w,) = store.windows()
+    (event,) = [e for e in store.events() if e.kind == "held"]
+    assert (w.state, w.attempts) == ("held", 0)
+    assert "held after 0 round attempts:" in event.text and "held after 0 round attempts:" in logs[-1], event.text
+    server.down = True
+    b, logs = make_analyst(store, server, clock, WindowSpec(seconds=5))
+    assert b.poll(store) == 0
+    assert store.windows()[0].attempts == 1
+    assert "held after 1 round attempt:" in store.events()[0].text, store.events()[0].text
+
+
 def test_missing_correction_records_hold_the_window_up_to_max_hold(store: AnalystStore) -> None:
     fleet = Fleet()
     batch = fleet.readings(1, spread(5000.0, 5005.0, 50))
@@ -324,6 +345,47 @@ def test_a_window_without_any_inlier_is_carried_without_a_round(store: AnalystSt
     assert done.presumed < done.n
 
 
+def test_an_idle_groups_carried_readings_are_carried_once_then_scored_with_its_next_readings(
+        store: AnalystStore) -> None:
+    """The rule of docs/operating.md ("Windows that end"): carried readings are scored with the
+    next window of their group that has new readings; while the group is idle they are never
+    closed again on their own, one interval after another (the issue's windows 8, 9, 10 each
+    carrying the same 459 readings), nor by a restarted analyst."""
+    fleet = Fleet()
+    sparse = _sparse(5, spread(8000.0, 8005.0, 30))
+    fleet.d_diff.update({r.token: 10 for r in sparse})
+    store.add_batch(sparse, [])
+    clock = Clock(8006.0)
+    a, logs = make_analyst(store, Counting(fleet.d_diff), clock, WindowSpec(seconds=5))
+    assert a.poll(store) == 0
+    for k in range(1, 7):               # six idle intervals
+        clock.t = 8006.0 + 5 * k
+        assert a.poll(store) == 0
+    assert [(w.state, w.n) for w in store.windows()] == [("carried", 30)]
+    assert [e.kind for e in store.events()] == ["carried"]
+    again, _ = make_analyst(store, Counting(fleet.d_diff), clock, WindowSpec(seconds=5))
+    clock.t += 20
+    assert again.poll(store) == 0 and len(store.windows()) == 1
+    store.add_batch(fleet.readings(5, spread(8060.0, 8065.0, 40)), [])
+    clock.t = 8066.0
+    assert again.poll(store) == 1
+    done = store.windows()[-1]
+    assert (done.state, done.n, done.start, done.end) == ("done", 70, 8000.0, 8065.0)
+    assert [e.kind for e in store.events()].count("carried") == 1
+
+
+def test_an_idle_groups_small_partial_window_is_reported_once(store: AnalystStore) -> None:
+    fleet = Fleet()
+    store.add_batch(fleet.readings(1, spread(8100.0, 8102.0, 8)), [])
+    clock = Clock(8106.0)
+    a, logs = make_analyst(store, InProcessServer(fleet.d_diff), clock, WindowSpec(seconds=5))
+    for k in range(8):
+        clock.t = 8106.0 + 5 * k
+        assert a.poll(store) == 0
+    assert store.windows() == [] and [e.kind for e in store.events()] == ["carried"]
+    assert sum("carried into the group's next window" in line for line in logs) == 1
+
+
 def test_a_carried_count_window_grows_by_a_window(store: AnalystStore) -> None:
     fleet = Fleet()
     sparse = _sparse(5, spread(9000.0, 9001.0, 40))
@@ -412,3 +474,109 @@ def test_a_window_of_only_odd_readings_completes_unscored(store: AnalystStore) -
     (w,) = store.windows()
     assert w.state == "done" and store.verdicts(candidates_only=False) == []
     assert store.set_apart_by_device() == {4: 25}
+
+
+def test_a_held_group_never_delays_another_group(store: AnalystStore) -> None:
+    """Group hall-a's window lacks correction records and is held (retry in 30 s, up to
+    max_hold); the default group's next window gets its verdict at the next poll, while
+    hall-a's own next window waits behind its held one and both complete in order."""
+    fleet = Fleet()
+    store.set_device_group(3, "hall-a", 0.0)
+    store.add_batch(fleet.readings(1, spread(6000.0, 6005.0, 60)), [])
+    held = fleet.readings(3, spread(6000.0, 6005.0, 60))
+    store.add_batch(held, [])
+    late = {r.token: fleet.d_diff.pop(r.token) for r in held[:3]}
+    clock = Clock(6006.0)
+    a, _ = make_analyst(store, InProcessServer(fleet.d_diff), clock, WindowSpec(seconds=5), max_hold=600.0,
+                        retry_min=30.0)
+    while a.poll(store):
+        pass
+    assert {w.group: w.state for w in store.windows()} == {"default": "done", "hall-a": "held"}
+    for d in (1, 3):
+        store.add_batch(fleet.readings(d, spread(6005.0, 6010.0, 60)), [])
+    clock.t = 6011.0                          # hall-a still waits for its retry at 6036
+    assert a.poll(store) == 1
+    states = [(w.group, w.start, w.state) for w in sorted(store.windows(), key=lambda w: w.id)]
+    assert ("default", 6005.0, "done") in states
+    assert ("hall-a", 6000.0, "held") in states and ("hall-a", 6005.0, "closed") in states
+    assert a.poll(store) == 0                 # nothing else is due
+    fleet.d_diff.update(late)
+    clock.t = 6037.0
+    assert a.poll(store) + a.poll(store) == 2
+    done = [(w.group, w.start) for w in sorted(store.windows(), key=lambda w: w.id) if w.state == "done"]
+    assert len(done) == 4 and done.index(("hall-a", 6000.0)) < done.index(("hall-a", 6005.0))
+
+
+class FlakyStore:
+    """The store with a scripted outage, all in the loop's thread: after the first completed
+    window it is unreachable for ``outage`` seconds (every call raises as a lost PostgreSQL
+    connection does); the first call after that adds ``then`` (readings that came meanwhile);
+    the second completed window sets ``stop``."""
+
+    def __init__(self, store: AnalystStore, then: list[Reading], stop: threading.Event, outage: float) -> None:
+        self._store = store
+        self.then = then
+        self.stop = stop
+        self.outage = outage
+        self.down_until: float | None = None
+        self.completed = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not callable(attr):
+            return attr
+
+        def call(*a: Any, **kw: Any) -> Any:
+            if self.down_until is not None:
+                if time.monotonic() < self.down_until:
+                    from dpsense.cloud.errors import StorageUnavailable
+                    raise StorageUnavailable("cannot read the newest row id in PostgreSQL: server closed the "
+                                             "connection unexpectedly")
+                self.down_until = None
+                self._store.add_batch(self.then, [])
+            out = attr(*a, **kw)
+            if name == "complete_window":
+                self.completed += 1
+                if self.completed == 1:
+                    self.down_until = time.monotonic() + self.outage
+                else:
+                    self.stop.set()
+            return out
+        return call
+
+    def close(self) -> None:
+        pass
+
+
+class Offline(InProcessServer):
+    """The in-process server as the analyst's MQTT client in ``run``."""
+
+    def disconnect(self) -> None:
+        pass
+
+    def loop_stop(self) -> None:
+        pass
+
+
+def test_the_loop_rides_through_a_store_outage_and_says_so_once(store: AnalystStore) -> None:
+    """The store is unreachable for 1.5 s (a database restart): the loop retries with backoff,
+    logs the outage once and its end once, then takes up the store's state and scores what came
+    meanwhile; it does not end."""
+    fleet = Fleet()
+    stop = threading.Event()
+    store.add_batch(fleet.readings(1, spread(6990.0, 6999.0, 40)), [])
+    flaky = FlakyStore(store, fleet.readings(1, spread(6999.0, 7000.0, 40)), stop, 1.5)
+    server = Offline(fleet.d_diff)
+    a, logs = make_analyst(flaky, server, Clock(7000.0), WindowSpec(count=40))  # type: ignore[arg-type]
+    a.open_store = lambda: flaky                # type: ignore[method-assign]
+    a.session.start = lambda client: None       # type: ignore[method-assign]
+    guard = threading.Timer(30, stop.set)       # a loop that never gets there ends the test anyway
+    guard.start()
+    try:
+        t0 = time.monotonic()
+        a.run(stop)
+    finally:
+        guard.cancel()
+    assert flaky.completed == 2 and time.monotonic() - t0 < 30, logs
+    assert sum("the store is unavailable" in line for line in logs) == 1
+    assert sum("the store answers again" in line for line in logs) == 1

@@ -226,3 +226,13 @@ def test_a_schema_1_store_is_upgraded_with_its_windows(new_url: Callable[[], str
         assert [w for _, w in store.window_results()][0]["round_s"] == 0.2
     with open_analyst_store(url) as store:      # reopened: upgraded once
         assert len(store.windows()) == 2
+
+
+def test_released_rows_of_a_group_and_an_interval(analyst: AnalystStore) -> None:
+    analyst.set_device_group(2, "hall-a", 1.0)
+    analyst.add_batch([reading(d, s, 100.0 + s) for s in range(10) for d in (1, 2)], [])
+    rows = analyst.released_rows("hall-a", 102.0, 105.0)
+    assert [float(r[0]) for r in rows] == [102.0, 103.0, 104.0] and all(int(r[1]) == 1 for r in rows)
+    assert [np.frombuffer(bytes(r[2]), dtype="<i4").tolist() for r in rows] == [[2, -2], [3, -3], [4, -4]]
+    assert len(analyst.released_rows("default", 0.0, 1000.0)) == 10
+    assert analyst.released_rows("nobody", 0.0, 1000.0) == []

@@ -9,8 +9,8 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from dpsense.cloud import topics
-from dpsense.cloud.broker import Broker, BrokerError, free_port
+from dpsense.cloud.transport import topics
+from dpsense.cloud.deploy.broker import Broker, BrokerError, free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
                                 reason="Debian package 'mosquitto' is not installed")
@@ -441,3 +441,42 @@ def test_the_broker_refuses_a_packet_over_its_limit_and_passes_a_chunked_round(b
     assert whole == [payload] and all(len(p) <= chunks.CHUNK_SIZE for _, p in cs.got)
     analyst.close()
     cs.close()
+
+
+def test_a_killed_broker_run_takes_its_mosquitto_with_it(tmp_path):
+    """kill -9 of `dpsense broker run` itself: its Mosquitto ends too (the kernel's parent-death
+    signal), so the port is free for the next `broker run` within seconds."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "dpsense.cloud.cli", "broker", "run", "--data-dir",
+                          str(tmp_path), "--broker-port", str(port)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        m = re.search(r"mosquitto \(pid (\d+)\)", p.stderr.readline())
+        assert m
+        mosquitto = int(m.group(1))
+        p.kill()
+        p.wait(10)
+        deadline = time.monotonic() + 10
+        while os.path.exists("/proc/%d" % mosquitto) and b"zombie" not in _state(mosquitto):
+            assert time.monotonic() < deadline, "mosquitto %d outlived its killed parent" % mosquitto
+            time.sleep(0.05)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stderr.close()
+    with Broker(tmp_path, port=port).running():       # the port is free again
+        pass
+
+
+def _state(pid: int) -> bytes:
+    try:
+        with open("/proc/%d/status" % pid, "rb") as f:
+            return f.read().lower()
+    except OSError:
+        return b"zombie"

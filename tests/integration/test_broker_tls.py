@@ -1,4 +1,4 @@
-"""MQTT over TLS end to end: the lab CA of cloud/tls.py, Mosquitto's TLS listener, the
+"""MQTT over TLS end to end: the lab CA of cloud/deploy/tls.py, Mosquitto's TLS listener, the
 ingest and the simulator as TLS clients, and the refusal of a broker the CA did not sign.
 
 All on loopback: the server certificate names ``localhost`` and 127.0.0.1, the names the
@@ -19,8 +19,10 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from dpsense.cloud import tls, topics
-from dpsense.cloud.broker import Broker, free_port
+from dpsense.cloud.deploy import tls
+
+from dpsense.cloud.transport import topics
+from dpsense.cloud.deploy.broker import Broker, free_port
 from dpsense.cloud.storage import open_analyst_store
 from dpsense.protocol import wire
 
@@ -113,7 +115,7 @@ def test_services_and_the_simulator_speak_tls_and_refuse_a_broker_of_another_ca(
             assert not codes[0].is_failure
             # The simulator (new passwords for d1, d2, held in memory) over TLS as well.
             r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "simulate", "--devices", "2",
-                                "--n", "300", "--tls-ca", str(ca), *common], capture_output=True,
+                                "--n", "300", "--wait", "broker", "--tls-ca", str(ca), *common], capture_output=True,
                                text=True, timeout=120)
             assert r.returncode == 0, r.stderr
             deadline = time.monotonic() + 30
@@ -141,3 +143,20 @@ def test_tls_needs_its_certificate_and_a_remote_broker_needs_tls(pki, tmp_path):
                        text=True, timeout=30)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "not on loopback: give --tls-ca" in r.stderr
+
+
+def test_a_plain_service_on_the_tls_port_is_told_to_give_tls_ca(pki, tmp_path):
+    """Mosquitto's TLS listener drops a plain CONNECT without a word: the service says what to do
+    (it said only "no answer")."""
+    data = tmp_path / "data"
+    b = Broker(data, port=free_port(), tls=tls.server_files(pki / "ca"))
+    pw = b.add_account("analyst")
+    with b.running():
+        r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "ingest", "--role", "analyst",
+                            "--data-dir", str(data), "--broker-port", str(b.port)],
+                           env=dict(os.environ, DPSENSE_BROKER_PASSWORD=pw), capture_output=True, text=True,
+                           timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    last = r.stderr.splitlines()[-1]
+    assert last.startswith("dpsense ingest: the broker at 127.0.0.1:%d closed the connection" % b.port), last
+    assert "give --tls-ca" in last

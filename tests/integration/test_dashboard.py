@@ -27,15 +27,17 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dpsense.cloud import results, topics
-from dpsense.cloud.broker import Broker, free_port
-from dpsense.cloud.config import Settings
-from dpsense.cloud.dashboard.data import MAX_POINTS, StoreSource
-from dpsense.cloud.dashboard.server import DashboardServer
-from dpsense.cloud.datasets import paper1_synthetic
-from dpsense.cloud.profile import calibrate
+from dpsense.cloud.ops import results
+
+from dpsense.cloud.transport import topics
+from dpsense.cloud.deploy.broker import Broker, free_port
+from dpsense.cloud.deploy.config import Settings
+from dpsense.cloud.ops.dashboard.data import MAX_POINTS, StoreSource
+from dpsense.cloud.ops.dashboard.server import DashboardServer
+from dpsense.cloud.sim.datasets import paper1_synthetic
+from dpsense.cloud.sim.calibration import calibrate
 from dpsense.cloud.correction.sealed import provision_keys
-from dpsense.cloud.simulate import Encoded, FleetEncoder, FleetPublisher
+from dpsense.cloud.sim.simulate import Encoded, FleetEncoder, FleetPublisher
 from dpsense.cloud.storage import Reading, Verdict, open_analyst_store
 from dpsense.cloud.storage.records import WindowOutcome
 from tests.integration.procs import stop
@@ -207,7 +209,7 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
                 pub.send([(d, topics.STATUS % topics.device_username(d),
                            json.dumps(dict(json.loads(fleet.status(d)), **LEDGER)).encode())
                           for d in range(1, DEVICES + 1)])
-                pub.publish(enc, timeout=300)
+                pub.publish(enc, timeout=300, wait="broker")
                 pub.send([(1, topics.READINGS % "d1", b"\x01not a record")])
                 _wait("the bad record acknowledged", lambda: pub.acked >= 2 * len(enc.readings) + DEVICES + 1,
                       30, logs / "analyst.log")
@@ -245,9 +247,13 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
                        "eps_record_worst", "entropy")
 
             def device_rows() -> list[dict[str, str]] | None:
-                rows = [{c: r.find_element(By.CSS_SELECTOR, "td[data-col=%s]" % c).text for c in columns}
-                        for r in driver.find_elements(By.CSS_SELECTOR, "#devices tbody tr")
-                        if r.find_elements(By.CSS_SELECTOR, "td[data-col=device]")]
+                # One script reads the whole table: the page re-renders it on every refresh, so
+                # element by element a read can straddle two renderings (a stale element).
+                rows: list[dict[str, str]] = driver.execute_script(
+                    "return Array.from(document.querySelectorAll('#devices tbody tr'))"
+                    ".filter(r => r.querySelector('td[data-col=device]'))"
+                    ".map(r => Object.fromEntries(arguments[0].map("
+                    "c => [c, r.querySelector('td[data-col=' + c + ']').innerText])))", list(columns))
                 return rows if len(rows) == DEVICES else None
             rows = _wait("the per-device table to fill", device_rows, 60, logs / "dashboard.log")
             for row, d in zip(rows, devices, strict=True):

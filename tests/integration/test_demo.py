@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from dpsense.cloud.pipeline import DemoOptions, run_pipeline_demo
+from dpsense.cloud.sim.demo import DemoOptions, run_pipeline_demo
 
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto") is None and shutil.which("/usr/sbin/mosquitto") is None,
                                 reason="Debian package 'mosquitto' is not installed")

@@ -103,14 +103,14 @@ def test_kill_9_of_the_broker_twice_and_the_ingest_once_loses_and_duplicates_not
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def test_a_simulated_fleet_through_kill_9_of_the_broker_twice_and_the_ingest_once(
         tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
-    """The same faults under the fleet simulator (cloud/fleetpub.py): its books keep each
+    """The same faults under the fleet simulator (cloud/sim/fleetpub.py): its books keep each
     record until both ingests committed it, and it reconnects after each broker restart."""
     import numpy as np
 
-    from dpsense.cloud.config import Settings
+    from dpsense.cloud.deploy.config import Settings
     from dpsense.cloud.correction.sealed import DeviceKeys, sealer_for
-    from dpsense.cloud.fleetpub import FleetPublisher
-    from dpsense.cloud.simulate import Encoded
+    from dpsense.cloud.sim.fleetpub import FleetPublisher
+    from dpsense.cloud.sim.simulate import Encoded
     from dpsense.protocol import seal, wire
     from hil_tests.rigs.cloud import CloudSide
     urls: dict[str, str] = {}

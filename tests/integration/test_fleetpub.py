@@ -1,4 +1,4 @@
-"""cloud/fleetpub.py against a real broker: every record arrives once, in each device's order, under
+"""cloud/sim/fleetpub.py against a real broker: every record arrives once, in each device's order, under
 its own account, from worker processes; a refused account is one clear error, not a hang."""
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from dpsense.cloud import topics
-from dpsense.cloud.broker import Broker, free_port
-from dpsense.cloud.config import Settings
-from dpsense.cloud.fleetpub import FleetPublisher
-from dpsense.cloud.simulate import Encoded
+from dpsense.cloud.transport import topics
+from dpsense.cloud.deploy.broker import Broker, free_port
+from dpsense.cloud.deploy.config import Settings
+from dpsense.cloud.sim.fleetpub import FleetPublisher
+from dpsense.cloud.sim.simulate import Encoded
 from dpsense.protocol import wire
 
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
@@ -72,7 +72,7 @@ def test_every_record_arrives_once_in_device_order(fleet, processes):
     assert pub.processes == min(processes, DEVICES)
     pub.connect()
     try:
-        seconds = pub.publish(enc, timeout=120)
+        seconds = pub.publish(enc, timeout=120, wait="broker")
         pub.send([(3, topics.STATUS % "d3", b'{"event":"boot"}')])
         deadline = time.monotonic() + 30
         while pub.acked < 2 * n + 1:
@@ -154,7 +154,7 @@ def test_the_books_keep_each_record_until_both_ingests_committed_it(fleet, tmp_p
     pub = FleetPublisher(settings, devices, DEVICES, processes=2, commit_timeout_s=1.0)
     try:
         pub.connect()
-        pub.publish(enc, timeout=120, committed=True)
+        pub.publish(enc, timeout=120)
         done = time.monotonic()
         assert pub.committed == n
     finally:
@@ -168,3 +168,50 @@ def test_the_books_keep_each_record_until_both_ingests_committed_it(fleet, tmp_p
         assert len(keys) == len(set(keys)) == n
     with open_correction_store("sqlite:///%s/correction.db" % tmp_path) as c:
         assert c.count() == n
+
+
+def test_resends_never_inflate_a_count_and_close_says_what_was_never_committed(fleet):
+    """No ingest runs, so nothing is committed and the books resend every record each 0.3 s.
+    The broker acknowledges each resend too; ``acked`` still counts each message once, nothing
+    is counted committed, and ``close`` says how many records were never committed."""
+    _, settings, _, _, devices = fleet
+    n = 200
+    enc = _records(n)
+    pub = FleetPublisher(settings, devices, DEVICES, processes=2, commit_timeout_s=0.3)
+    pub.connect()
+    try:
+        pub.publish(enc, timeout=60, wait="broker")
+        time.sleep(2.5)                     # several resend rounds, each PUBACKed by the broker
+        assert pub.acked == 2 * n
+        assert pub.committed == 0 and pub.uncommitted == n
+    finally:
+        left = pub.close()
+    assert left == n
+
+
+def test_publish_waits_for_the_commit_not_for_the_broker(fleet, tmp_path):
+    """Only the correction server's ingest runs: the broker acknowledges every message, but no
+    reading is committed, so ``publish`` does not count a record done and says how many were."""
+    from dpsense.cloud.ingest.service import Connection, IngestService
+    from dpsense.cloud.storage import open_correction_store
+    broker, settings, _, correction, devices = fleet
+    stop = threading.Event()
+
+    def ingest() -> None:
+        with open_correction_store("sqlite:///%s/correction.db" % tmp_path) as store:
+            conn = Connection(broker.host, broker.port, "correction-ingest", correction, "correction-ingest")
+            IngestService.for_correction(conn, store, log=lambda s: None).run(stop)
+
+    t = threading.Thread(target=ingest)
+    t.start()
+    pub = FleetPublisher(settings, devices, DEVICES, processes=1)
+    try:
+        pub.connect()
+        with pytest.raises(TimeoutError, match=r"only 0 of 100 records committed"):
+            pub.publish(_records(100), timeout=4)
+        assert pub.acked == 200
+    finally:
+        left = pub.close()
+        stop.set()
+        t.join(30)
+    assert left == 100

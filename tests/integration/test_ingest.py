@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from paho.mqtt.enums import CallbackAPIVersion
 
-from dpsense.cloud import topics
-from dpsense.cloud.broker import Broker, free_port
+from dpsense.cloud.transport import topics
+from dpsense.cloud.deploy.broker import Broker, free_port
 from dpsense.cloud.ingest.classify import classify_reading
 from dpsense.cloud.ingest.service import Connection, IngestService
 from dpsense.cloud.storage import open_analyst_store
@@ -199,7 +199,7 @@ def test_malformed_payloads_end_in_dead_letters_and_the_service_keeps_running(br
 
 
 def test_the_ingest_reconnects_after_a_broker_restart_and_stores_every_reading_once(broker, live_ingest):
-    """The ingest's own network thread (cloud/mqttio.py NetworkLoop, not paho's loop_start)
+    """The ingest's own network thread (cloud/transport/mqttio.py NetworkLoop, not paho's loop_start)
     reconnects to its persistent session; readings published while it was away arrive then."""
     svc, db, result = live_ingest
     sock = svc._client.buffered_socket()

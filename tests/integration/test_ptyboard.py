@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from dpsense.cloud.serialport import Transport
+from dpsense.cloud.transport.serialport import Transport
 from dpsense.tools.deploy import micropython_binary
 from dpsense.tools.ptyboard import PtyBoard
 from dpsense.tools.rawrepl import RawRepl, RawReplError

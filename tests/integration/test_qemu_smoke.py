@@ -21,7 +21,7 @@ from dpsense.protocol.noise import DiscreteLaplace
 from dpsense.protocol.rng import XorShift32
 from dpsense.tools.deploy import BOARDS, check_imports, deploy, plan, resolve_sources
 from dpsense.tools.qemu import QemuMicrobit, missing_reason
-from dpsense.cloud.serialport import Transport
+from dpsense.cloud.transport.serialport import Transport
 from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplTimeout
 
 _MISSING = missing_reason()
@@ -317,7 +317,7 @@ def test_microbit_node_runs_three_columns_from_a_checked_config(
     assert "idle: all 40 records acknowledged (0 resent)" in console
     assert text.count(b"\n~0201") == 40
     # the boot event carries the project's version, and the heap left with three columns
-    from dpsense.cloud.gateway.events import parse_event
+    from dpsense.cloud.transport.gateway.events import parse_event
     from dpsense.protocol import __version__
     boot = parse_event([ln for ln in text.replace(b"\r\n", b"\n").split(b"\n")
                         if ln.startswith(b"#boot")][0])
@@ -345,7 +345,7 @@ def test_microbit_ledger_fails_closed_on_the_board(capsys: pytest.CaptureFixture
     def boot(n: int) -> tuple[str, dict[str, object]]:
         text = bytes(_drive(q.transport, bytearray(mb.boot_microbit_node(repl)), [[i] for i in range(n)]))
         assert b"Traceback" not in text, text.decode("latin-1")
-        from dpsense.cloud.gateway.events import parse_event
+        from dpsense.cloud.transport.gateway.events import parse_event
         ev = parse_event([ln for ln in text.replace(b"\r\n", b"\n").split(b"\n") if ln.startswith(b"#boot")][0])
         return _expanded(text), ev
 
@@ -387,7 +387,7 @@ def test_microbit_ledger_fails_closed_on_the_board(capsys: pytest.CaptureFixture
 
 def _expanded(text: bytes) -> str:
     """The node's event lines in the words the gateway logs them with."""
-    from dpsense.cloud.gateway.events import expand_event, parse_event
+    from dpsense.cloud.transport.gateway.events import expand_event, parse_event
     out, boot = [], None
     for ln in text.replace(b"\r\n", b"\n").split(b"\n"):
         if ln.startswith(b"#"):

@@ -21,8 +21,8 @@ import psycopg
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from dpsense.cloud import topics
-from dpsense.cloud.broker import Broker, BrokerError, free_port
+from dpsense.cloud.transport import topics
+from dpsense.cloud.deploy.broker import Broker, BrokerError, free_port
 from dpsense.cloud.cli import main
 from dpsense.cloud.storage import open_analyst_store, open_correction_store
 from tests.integration import procs

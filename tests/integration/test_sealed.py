@@ -12,10 +12,10 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from dpsense.cloud import topics
-from dpsense.cloud.broker import Broker, free_port
+from dpsense.cloud.transport import topics
+from dpsense.cloud.deploy.broker import Broker, free_port
 from dpsense.cloud.correction.sealed import KeyStore, sealed_ingest, sealer_for
-from dpsense.cloud.ingest.service import Connection
+from dpsense.cloud.transport.session import Connection
 from dpsense.cloud.storage import open_correction_store
 from dpsense.protocol import seal, wire
 

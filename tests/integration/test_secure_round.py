@@ -11,11 +11,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpsense.cloud.broker import Broker, free_port
+from dpsense.cloud.deploy.broker import Broker, free_port
 from dpsense.cloud.correction import chunks
 from dpsense.cloud.correction.chunks import MAX_PACKET
 from dpsense.cloud.correction.honest import RecordNoise, RoundPolicy
-from dpsense.cloud.correction.secure import candidates
+from dpsense.cloud.correction.mpc.secure import candidates
 
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
                                 reason="Debian package 'mosquitto' is not installed")
@@ -34,10 +34,10 @@ class _Table:
 
 
 def test_secure_round_over_mosquitto(tmp_path):
-    from dpsense.cloud.analyst import Analyst, AnalystParams
+    from dpsense.cloud.analyst.service import Analyst, AnalystParams
     from dpsense.cloud.correction.rules import CorrectionParams
     from dpsense.cloud.correction.server import CorrectionServer
-    from dpsense.cloud.ingest.service import Connection
+    from dpsense.cloud.transport.session import Connection
 
     n, rho = 3000, 40.0
     rng = np.random.default_rng(21)

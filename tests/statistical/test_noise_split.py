@@ -3,7 +3,7 @@
 ``tau = kappa b + m + 1`` with ``exp(-kappa) sum_{j<m} kappa^j / j! = alpha``
 (cloud/correction/rules.py). Rows at the centre are the worst case (``d_diff`` is the
 rounded ``|Y|_2``); rows far out move by about the radial component of the noise. The
-noise is discrete Laplace drawn per column with ``cloud.experiments.noise`` (the law the
+noise is discrete Laplace drawn per column with ``cloud.sim.experiments.noise`` (the law the
 boards sample), ``d_diff`` is rounded as the boards round it.
 
 Each case draws 200,000 rows from a fixed seed and fails if the observed rate exceeds
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from dpsense.cloud.correction.rules import noise_kappa, noise_threshold
-from dpsense.cloud.experiments.noise import discrete_laplace
+from dpsense.cloud.sim.experiments.noise import discrete_laplace
 
 N = 200_000
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from dpsense.cloud import cli
-from dpsense.cloud.datasets import paper1_synthetic, relaxed_sensitivity
-from dpsense.cloud.perturb_summary import SummaryOptions, run_summary
+from dpsense.cloud.sim.datasets import paper1_synthetic, relaxed_sensitivity
+from dpsense.cloud.sim.perturb_summary import SummaryOptions, run_summary
 
 
 def test_perturb_summarises_a_window():

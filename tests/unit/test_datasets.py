@@ -1,7 +1,7 @@
 """The offline UCI copies load with the row counts of the UCI data sets."""
 import pytest
 
-from dpsense.cloud.datasets import DataNotInstalled, load_adult, load_ionosphere
+from dpsense.cloud.sim.datasets import DataNotInstalled, load_adult, load_ionosphere
 
 
 def test_adult_row_counts_and_types():

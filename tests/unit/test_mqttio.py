@@ -1,4 +1,4 @@
-"""cloud/mqttio.py's socket wrapper on a socket pair: block reads served piecewise, coalesced
+"""cloud/transport/mqttio.py's socket wrapper on a socket pair: block reads served piecewise, coalesced
 writes, a write error reported where paho reads it, Nagle off for coalesced TCP."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from dpsense.cloud.mqttio import READ_SIZE, BufferedSocket
+from dpsense.cloud.transport.mqttio import READ_SIZE, BufferedSocket
 
 
 @pytest.fixture()

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from dpsense.cloud import cli
-from dpsense.cloud.datasets import paper1_synthetic
-from dpsense.cloud.perturb_summary import SummaryOptions, run_summary
-from dpsense.cloud.pipeline import DemoOptions
-from dpsense.cloud.profile import calibrate
-from dpsense.cloud.report import NOT_PRIVATE, noise_source
-from dpsense.cloud.simulate import encode_fleet
+from dpsense.cloud.sim.datasets import paper1_synthetic
+from dpsense.cloud.sim.perturb_summary import SummaryOptions, run_summary
+from dpsense.cloud.sim.demo import DemoOptions
+from dpsense.cloud.sim.calibration import calibrate
+from dpsense.cloud.sim.report import NOT_PRIVATE, noise_source
+from dpsense.cloud.sim.simulate import encode_fleet
 
 
 @pytest.mark.parametrize("command", ["demo", "simulate", "perturb"])

@@ -73,6 +73,9 @@ def test_analyst_and_correction_server_are_separate_trust_zones() -> None:
     assert a["InaccessiblePaths"] == ["-" + _data_dir(cs)]
     assert cs["InaccessiblePaths"] == ["-" + _data_dir(a)]
     assert any(not f.startswith("-") for f in cs["EnvironmentFile"])   # its broker password: required
+    # The analyst knows the zones are split, so correction keys in its own folder stop it at start.
+    args = cli.build_parser().parse_args(shlex.split(a["ExecStart"][0])[1:])
+    assert args.correction_data_dir == _data_dir(cs)
 
 
 def test_sysusers_creates_each_units_user() -> None:

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from dpsense.cloud import cli
-from dpsense.cloud.datasets import paper1_synthetic
+from dpsense.cloud.sim.datasets import paper1_synthetic
 from dpsense.cloud.privacy.accountant import BudgetAccountant, BudgetError
 from dpsense.cloud.privacy.calibration import CalibrationShares, dp_calibrate, dp_mean, dp_quantile
-from dpsense.cloud.profile import DeviceProfile, calibrate, load_profile
+from dpsense.cloud.deploy.profile import DeviceProfile, load_profile
+from dpsense.cloud.sim.calibration import calibrate
 
 
 def _untouchable():
@@ -123,11 +124,11 @@ def test_cli_calibrate(tmp_path, capsys):
     db, out = str(tmp_path / "b.db"), tmp_path / "data" / "profile.json"
     argv = ["curator", "calibrate", "--csv", str(csv), "--epsilon", "1", "--bounds=-600,600", "--dataset", "cal",
             "--db", db, "--out", str(out), "--seed", "1", "--grid", "2001"]
-    assert cli.main(argv) == 2 and not out.exists()          # no budget yet
+    assert cli.main(argv) == 1 and not out.exists()          # no budget yet: a refusal
     assert cli.main(["curator", "budget", "set", "--dataset", "cal", "--epsilon", "1.5", "--db", db]) == 0
     assert cli.main(argv) == 0
     prof = load_profile(out.parent)
     assert prof is not None and len(prof.delta_q) == 2 and prof.epsilon == "0.5"
-    assert cli.main(argv) == 2                               # 1 + 1 > 1.5
+    assert cli.main(argv) == 1                               # 1 + 1 > 1.5: refused
     assert cli.main(argv[:-4] + ["--bounds=1,2,3", "--out", str(out)]) == 2
     capsys.readouterr()

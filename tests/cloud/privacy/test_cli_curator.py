@@ -32,11 +32,12 @@ def test_default_db_is_in_the_data_dir(tmp_path, capsys, monkeypatch):
 
 def test_errors(tmp_path, capsys):
     db = str(tmp_path / "b.db")
+    # A missing database or data set is a refusal, exit 1; bad values exit 2 (docs/curator.md).
     rc, _, err = run(capsys, "curator", "budget", "show", "--db", db)
-    assert rc == 2 and "no budget database" in err
+    assert rc == 1 and "no budget database" in err
     run(capsys, "curator", "budget", "set", "--dataset", "s", "--epsilon", "1", "--db", db)
     rc, _, err = run(capsys, "curator", "budget", "reset", "--dataset", "nope", "--db", db)
-    assert rc == 2 and "no budget" in err
+    assert rc == 1 and "no budget" in err
     rc, _, err = run(capsys, "curator", "budget", "set", "--dataset", "s", "--epsilon", "-1", "--db", db)
     assert rc == 2 and "epsilon" in err
     rc, _, err = run(capsys, "curator", "budget", "set", "--dataset", "s", "--epsilon", "1", "--delta", "1",

@@ -1,5 +1,0 @@
-"""Outlier detectors with the scikit-learn estimator shape (1 = inlier, -1 = outlier)."""
-from dpsense.cloud.outliers.dbscan import DBSCANOutliers
-from dpsense.cloud.outliers.distance import BetaRAnomalies, DistanceOutliers
-
-__all__ = ["BetaRAnomalies", "DBSCANOutliers", "DistanceOutliers"]
