@@ -15,8 +15,12 @@ and keeps until the gateway acknowledges it (serial boards, seriallink.py).
 Release schedule: a reading is taken at each tick of ``period_ms`` and its record is
 held until the next tick, when it goes to the ring or the console before the next
 reading is taken. How long the noise took to draw (it grows with the noise's
-magnitude) therefore never shows in when a record leaves; a record drawn after its
-tick had passed is counted in the status's ``late``. ``period_ms`` 0 (rigs) has no
+magnitude) therefore never shows in when a record leaves: the loop waits for the tick's
+millisecond edge by watching ``ticks_ms`` for the last ``SPIN_MS``, not with a
+``sleep_ms`` counted from a call that comes after the draw (whose sub-millisecond phase
+would carry the draw's time). A record drawn after its tick had passed leaves at the next
+tick still ahead (the schedule skips the missed ones) and is counted in the status's
+``late``: only whether a draw overran a whole period can show, never when it ended. ``period_ms`` 0 (rigs) has no
 schedule: each record leaves as soon as it is drawn, and its timing follows |noise|
 (tests/statistical/test_release_timing.py measures both).
 Readings come from the config's ``stimulus`` when it has one (on any board), else
@@ -105,10 +109,15 @@ def make_rng(profile):
                        "(the micro:bit's node is mbnode.py)" % profile["entropy"])
 
 
+# The last milliseconds before a tick are polled, not slept: sleep_ms may wake up to about
+# a millisecond late, and a late wake would carry the phase of the draw before it.
+SPIN_MS = 2
+
+
 class App:
     """Everything one board runs, built from a validated config and a board profile.
     ``console``: the serial link's ``(write, read)`` (seriallink.stdio by default);
-    ``clock``: ``time``-shaped (ticks_ms, ticks_us, ticks_diff, ticks_add, sleep_ms)."""
+    ``clock``: ``time``-shaped (ticks_ms, ticks_us, ticks_diff, ticks_add, sleep_ms, sleep_us)."""
 
     def __init__(self, cfg, profile, log=print, console=None, clock=None):
         self.cfg = cfg
@@ -127,7 +136,7 @@ class App:
         cols = [Column(Affine(c[0], c[1], c[2], c[3], c[4]), c[5], cfg["epsilon"])
                 for c in cfg["columns"]]
         self.mech = RecordMechanism(cols, cfg["centre"], self.rng, cfg.get("epsilon_cs"))
-        self.ledger = Ledger(self.mech.epsilon_charge(), cfg["window_cap"], cfg["window_records"],
+        self.ledger = Ledger(self.mech.epsilon_charge(cfg.get("epsilon_a")), cfg["window_cap"], cfg["window_records"],
                              cfg["window_seconds"], cfg["ledger_path"],
                              lifetime=cfg["lifetime_cap"])
         self.sensor = sensor.make(profile, len(cols), cfg.get("stimulus"))
@@ -214,7 +223,7 @@ class App:
                 '"eps_record":"%s","eps_record_worst":"%s","window":%d,"spent":"%s",'
                 '"cap":"%s","withheld":%d,"released":%d,"dropped":%d,"pending":%d,'
                 '"ledger":"%s","eps_total":"%s","eps_total_worst":"%s","lifetime_cap":"%s",'
-                '"period_ms":%d,"late":%d,"version":"%s","sensor":"%s"%s%s}'
+                '"period_ms":%d,"late":%d,"version":"%s","sensor":"%s"%s%s%s}'
                 % (event, self.cfg["device_id"], self.boot_id, self.profile["name"],
                    self.entropy, frac_text(row[0], row[1]), frac_text(worst[0], worst[1]),
                    led.window, led.spent_text(), led.cap_text(), led.withheld, self.released,
@@ -223,7 +232,8 @@ class App:
                    frac_text(worst[0] * led.released, worst[1]) if led.released else "0",
                    led.lifetime_text(), self.cfg["period_ms"], self.late, __version__,
                    self.sensor.kind, ',"tls":"%s"' % self.tls if self.tls else "",
-                   ',"eps_cs":"%s"' % frac_text(*self.mech.eps_cs) if self.mech.eps_cs else ""))
+                   ',"eps_cs":"%s"' % frac_text(*self.mech.eps_cs) if self.mech.eps_cs else "",
+                   ',"eps_a":"%s"' % frac_text(*self.cfg["epsilon_a"]) if self.cfg.get("epsilon_a") else ""))
         if self.uplink is not None:
             self.uplink.status(text.encode())
         else:
@@ -272,6 +282,20 @@ class App:
             self.status("window_cap")
         return True
 
+    def _nap(self, tick, cap=0):
+        """Sleep at most ``cap`` ms (0: no cap), and up to the millisecond edge ``tick`` at most: the last
+        ``SPIN_MS`` before it are spent polling ``ticks_ms``, so the loop sees the edge within
+        microseconds, however long the draw before this call took."""
+        t = self.clock
+        left = t.ticks_diff(tick, t.ticks_ms())
+        if cap and left > cap + SPIN_MS:
+            t.sleep_ms(cap)
+            return
+        if left > SPIN_MS:
+            t.sleep_ms(left - SPIN_MS)
+        while t.ticks_diff(tick, t.ticks_ms()) > 0:
+            t.sleep_us(0)           # returns at once: a busy poll a fake clock can advance
+
     def run(self):
         """The loop; returns only on a board without a network once the sensor is done
         (a serial board: once the gateway acknowledged every record, or gave up)."""
@@ -294,9 +318,12 @@ class App:
                 t0 = t.ticks_us()
                 sampling = self.read_once()
                 cost_us += t.ticks_diff(t.ticks_us(), t0)
-                if self._held is not None and t.ticks_diff(t.ticks_ms(), next_read) > 0:
-                    # Drawn after its own tick: it leaves late, and its lateness is timing.
+                if self._held is not None and period and t.ticks_diff(t.ticks_ms(), next_read) >= 0:
+                    # Drawn after the tick it should leave at: it leaves at the next tick still
+                    # ahead, not at once (when the draw ended is timing), and the schedule skips.
                     self.late += 1
+                    while t.ticks_diff(t.ticks_ms(), next_read) >= 0:
+                        next_read = t.ticks_add(next_read, period)
                 if sampling:
                     reads += 1
                 else:
@@ -320,14 +347,13 @@ class App:
                     self.ring.close()
                     return
                 # Short sleeps: the gateway's answers wait on stdin.
-                wait = 10 if not sampling else min(10, t.ticks_diff(next_read, t.ticks_ms()))
-                if wait > 0:
-                    t.sleep_ms(wait)
+                if sampling:
+                    self._nap(next_read, 10)
+                else:
+                    t.sleep_ms(10)
                 continue
             if up is None:
-                wait = t.ticks_diff(next_read, t.ticks_ms())
-                if wait > 0:
-                    t.sleep_ms(wait)
+                self._nap(next_read)
                 continue
             up.service()
             if not sampling and not idle_said and up.idle():
@@ -339,12 +365,10 @@ class App:
                     self.log("idle: all %d records acknowledged (%d messages published, %d records resent, %d "
                              "connects)" % (self.released, up.published, up.resent, up.connects))
                 idle_said = True
-            if not sampling or period:
-                wait = 20 if not sampling else t.ticks_diff(next_read, t.ticks_ms())
-                if up.inflight:
-                    wait = min(wait, 1)
-                if wait > 0:
-                    t.sleep_ms(wait)
+            if not sampling:
+                t.sleep_ms(1 if up.inflight else 20)
+            elif period:
+                self._nap(next_read, 1 if up.inflight else 0)
 
 
 def configure(path):

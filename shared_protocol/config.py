@@ -22,6 +22,11 @@ Keys, with defaults where a key is optional:
 * ``epsilon_cs`` (optional decimal string): the correction record's d_diff gets discrete
   Laplace noise so that it is epsilon_cs-DP towards the correction server
   (shared_protocol/mechanism.py); each record is then charged ``m x epsilon + epsilon_cs``
+* ``epsilon_a`` (optional decimal string): the correction server's ``--analyst-epsilon``. A
+  correction round gives the analyst a record's noisy d_diff at epsilon_a on top of its
+  release (cloud/correction/honest.py), and the board cannot know at release time whether a
+  round will include the record, so each record is charged ``epsilon_a`` as well: then
+  ``window_cap`` and ``lifetime_cap`` bound the analyst's whole view, rounds included
 * ``lifetime_cap`` (decimal string, at least the epsilon of one record; default 1000
   times ``window_cap``): the most the board releases until it is provisioned again
 * boards with MQTT: ``broker_host``, ``broker_password``, ``broker_port`` (1883, or
@@ -62,12 +67,12 @@ except ImportError:
 
 _U32 = 0xFFFFFFFF
 _COLUMN_KEYS = ("num", "den", "offset", "raw_min", "raw_max", "delta_q")
-KEYS = ("board", "device_id", "config_id", "columns", "epsilon", "epsilon_cs", "centre", "window_records",
-         "window_seconds", "window_cap", "lifetime_cap", "broker_host", "broker_port", "broker_user",
-         "broker_password", "broker_tls", "broker_ca", "broker_tls_insecure", "client_id", "keepalive",
-         "max_inflight", "ack_timeout_ms", "backoff_max_ms", "ring_path", "ring_records",
-         "ring_bytes", "wifi_ssid", "wifi_password", "ledger_path", "period_ms", "stimulus",
-         "corrections", "seal_key_path")
+KEYS = ("board", "device_id", "config_id", "columns", "epsilon", "epsilon_cs", "epsilon_a", "centre",
+        "window_records", "window_seconds", "window_cap", "lifetime_cap", "broker_host", "broker_port",
+        "broker_user", "broker_password", "broker_tls", "broker_ca", "broker_tls_insecure", "client_id",
+        "keepalive", "max_inflight", "ack_timeout_ms", "backoff_max_ms", "ring_path", "ring_records",
+        "ring_bytes", "wifi_ssid", "wifi_password", "ledger_path", "period_ms", "stimulus",
+        "corrections", "seal_key_path")
 _BIG = 1 << 62
 
 
@@ -185,6 +190,11 @@ def validate(raw, profile):
     if ecs is not None:
         rec = (rec[0] * ecs[1] + ecs[0] * rec[1], rec[1] * ecs[1])
         what += " + epsilon_cs %s" % raw["epsilon_cs"]
+    # epsilon_a (optional): what a correction round gives the analyst, charged per record.
+    ea = c["epsilon_a"] = _dec(raw, "epsilon_a") if "epsilon_a" in raw else None
+    if ea is not None:
+        rec = (rec[0] * ea[1] + ea[0] * rec[1], rec[1] * ea[1])
+        what += " + epsilon_a %s" % raw["epsilon_a"]
     cap = c["window_cap"] = _dec(raw, "window_cap")
     if cap[0] * rec[1] < rec[0] * cap[1]:
         raise ConfigError("window_cap: must be at least the epsilon of one record (%s)" % what)

@@ -108,11 +108,10 @@ class RecordMechanism:
     def epsilon_row(self):
         return _sum([c.eps for c in self.columns])
 
-    def epsilon_charge(self):
-        """What the ledger charges per record: the columns' epsilon plus eps_cs, if set."""
-        if self.eps_cs is None:
-            return self.epsilon_row()
-        return _sum([self.epsilon_row(), self.eps_cs])
+    def epsilon_charge(self, eps_a=None):
+        """What the ledger charges per record: the columns' epsilon plus eps_cs, if set, plus
+        ``eps_a`` (the analyst's epsilon of a correction round, config ``epsilon_a``), if given."""
+        return _sum([e for e in (self.epsilon_row(), self.eps_cs, eps_a) if e is not None])
 
     def epsilon_row_worst(self):
         return _sum([c.eps_worst() for c in self.columns])

@@ -20,8 +20,11 @@ Two mechanisms, both on the correction server CS, protect the records from the a
    the rows without a record are not derived from d_diff) is post-processing of the window's d~,
    so A's view after any number of rounds is ``epsilon_A``-DP for each reading within the normal
    ball, ``epsilon_A * ceil(R_dom) / ceil(rho)``-DP between any two readings of the domain
-   (R_dom: the domain's largest distance from c). The whole view of a reading is therefore
-   ``epsilon_row + epsilon_A`` (sequential composition with the released values).
+   (R_dom: the domain's largest distance from c). With the released values (sequential
+   composition) the whole view is ``epsilon_row + epsilon_A`` between two readings of the normal
+   box (each column within its normal range, ``|x_j - c_j| <= delta_j / 2``); within rho alone is
+   not enough when the ranges differ, since the release separates readings far apart in a narrow
+   column (cloud/privacy/analyst_view.py states any pair's bound).
    tests/statistical/test_round_view.py measures the ratio bound.
 
    The never-worse rules keep their guarantee up to the noise: the thresholds move by
@@ -50,6 +53,9 @@ Two mechanisms, both on the correction server CS, protect the records from the a
    analyst marks it ``final`` (its hold time is over); then it is answered over the tokens that
    have a record. A malicious analyst may still cut fresh tokens into disjoint sets of
    ``min_window``: that is an honest-looking window, and its answers stay within the bound of 1.
+
+   The ledger is bound to CS's noise key and its answers' parameters (binding.py): a server with
+   others refuses to start; ``rotate`` takes new ones and closes every window answered before.
 """
 from __future__ import annotations
 
@@ -67,6 +73,9 @@ from typing import Any
 
 import numpy as np
 
+from dpsense.cloud.correction.binding import check
+from dpsense.cloud.correction.binding import encode as _encode
+from dpsense.cloud.correction.binding import fingerprint as _fingerprint
 from dpsense.cloud.errors import RoundError, UsageError
 from dpsense.cloud.deploy.files import write_private
 from dpsense.protocol.noise import DiscreteLaplace, scale_for
@@ -75,6 +84,8 @@ CODES = ("no_window", "small_window", "small_presumed", "subset", "overlap", "re
 #: Refusals after which the analyst completes the window without a correction (R = O').
 UNCORRECTED = ("small_window", "small_presumed")
 KEY_SIZE = 32
+#: The mode of a window answered under an earlier noise key or parameters (RoundLedger.rotate).
+CLOSED = "closed"
 
 
 class Refused(RoundError):
@@ -274,23 +285,39 @@ class RoundLedger:
     def close(self) -> None:
         self._db.close()
 
-    def bind_key(self, key: bytes) -> None:
-        """Refuse (UsageError) a noise key other than the one the ledger's answers were made with:
-        re-answering an answered window under a new key would draw its records' noise again."""
-        fp = hashlib.sha256(b"dpsense noise key" + key).digest()
+    def bind_key(self, key: bytes, params: dict[str, str] | None = None) -> None:
+        """Refuse (UsageError) a noise key, or parameters (``answer_parameters``), other than the
+        ones the ledger's answers were made with: either would answer an answered window again
+        from new noise, a second view of its records. ``params`` None checks the key only."""
+        fp = _fingerprint(key)
         with self._lock:
             try:
-                self._x("INSERT INTO dpsense_round_meta (name, value) VALUES ('key', ?) ON CONFLICT DO NOTHING",
-                        (fp,))
-                row = self._x("SELECT value FROM dpsense_round_meta WHERE name = 'key'").fetchone()
+                for name, value in (("key", fp), ("params", _encode(params))):
+                    if value is not None:
+                        self._x("INSERT INTO dpsense_round_meta (name, value) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                                (name, value))
+                rows = dict(self._x("SELECT name, value FROM dpsense_round_meta").fetchall())
                 self._commit()
             except BaseException:
                 self._rollback()
                 raise
-        if bytes(row[0]) != fp:
-            raise UsageError("the correction server's noise key is not the one its round ledger was written "
-                             "with: restore the key (correction-noise.key) from a backup; a new key would let "
-                             "answered windows be asked again with fresh noise")
+        check(rows, fp, params)
+
+    def rotate(self, key: bytes, params: dict[str, str] | None) -> None:
+        """Bind the ledger to a new noise key and parameters. Every answered window is closed (a
+        retry is refused ``repeated``) and its tokens stay used (refused ``overlap``), so no record
+        answered under the old key or parameters is answered again."""
+        with self._lock:
+            try:
+                self._x("UPDATE dpsense_round_windows SET mode = ?", (CLOSED,))
+                self._x("DELETE FROM dpsense_round_meta WHERE name IN ('key', 'params')")
+                self._x("INSERT INTO dpsense_round_meta (name, value) VALUES ('key', ?)", (_fingerprint(key),))
+                if params is not None:
+                    self._x("INSERT INTO dpsense_round_meta (name, value) VALUES ('params', ?)", (_encode(params),))
+                self._commit()
+            except BaseException:
+                self._rollback()
+                raise
 
     def claim(self, round_id: int, owner: str) -> bool:
         """True when ``owner`` answers round ``round_id`` (it claimed it now or before), False when
@@ -323,6 +350,9 @@ class RoundLedger:
     def _check(self, window: int, mode: str, tokens: list[bytes], tdig: bytes, request: bytes) -> bool:
         row = self._x("SELECT mode, tokens, request FROM dpsense_round_windows WHERE window_id = ?",
                       (window,)).fetchone()
+        if row is not None and bytes(row[1]) == tdig and row[0] == CLOSED:
+            raise Refused("repeated", "window %d was answered under an earlier noise key or other parameters; "
+                          "it is not answered again" % window)
         if row is not None and bytes(row[1]) == tdig and row[0] == mode:
             if bytes(row[2]) != request:
                 raise Refused("repeated", "window %d was answered already; a second round with other index "

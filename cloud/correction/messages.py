@@ -36,8 +36,9 @@ What A learns. No value, no device identity (tokens are random) and no d_diff cr
 d_TP, FP, FN and R (mode secure's output too) are functions of the window's distance differences, and with its own
 released value A can turn any of them into information about a reading's distance from the
 centre. CS therefore computes them from ``d_diff + Z`` (Z: discrete Laplace fixed per record,
-honest.py; in mode secure ``d_diff + Z`` is CS's input to the garbled comparison) and A's view of each reading within the normal radius is epsilon_A-DP on top of the
-released values, measured by tests/statistical/test_round_view.py. docs/protocol.md lists the
+honest.py; in mode secure ``d_diff + Z`` is CS's input to the garbled comparison) and, on top of the released values, A's view of each reading within the normal radius is
+epsilon_A-DP, measured by tests/statistical/test_round_view.py (the whole view of a pair:
+cloud/privacy/analyst_view.py). docs/protocol.md lists the
 fields.
 """
 from __future__ import annotations

@@ -48,6 +48,7 @@ from dpsense.cloud.transport import topics
 from dpsense.cloud.correction import messages as msg
 from dpsense.cloud.correction import chunks
 from dpsense.cloud.correction.bands import Bands, band_candidates, lower_edges
+from dpsense.cloud.correction.binding import answer_parameters
 from dpsense.cloud.correction.honest import RecordNoise, Refused, RoundLedger, RoundPolicy, digest, parse_epsilon
 from dpsense.cloud.correction.rules import (
     CorrectionParams,
@@ -365,7 +366,8 @@ class CorrectionServer:
             return None
         check_mode(self.mode, self.params)
         noise = RecordNoise(self.noise_key, self.params.normal_radius, self.epsilon)
-        ledger.bind_key(self.noise_key)
+        # Other parameters than the ledger's stop the server (UsageError): a second view of answered windows.
+        ledger.bind_key(self.noise_key, answer_parameters(self.mode, self.epsilon, noise.delta_q, self.params))
         self.log("correction server: mode %s, w_O = %g quanta, normal radius %g quanta; answering honest rounds "
                  "(at least %d tokens, %d presumed outliers) from d_diff with discrete Laplace noise of scale %g "
                  "quanta (epsilon %s towards the analyst per reading within the normal radius)"

@@ -39,9 +39,13 @@ class DeviceRow:
 
     ``eps_window``, ``ledger_window`` and ``cap`` are the board's own words in its latest status
     message (sent at boot and when a ledger window reaches its cap), as of ``status_at``.
-    ``eps_total`` is the epsilon of the readings the analyst holds from the device: per boot,
-    readings x that boot's ``eps_record`` (sequential composition); a boot without a status of
-    its own is charged at the device's latest ``eps_record``.
+    ``eps_total`` is the epsilon of what the analyst holds about the device's readings: per boot,
+    readings x that boot's ``eps_record`` (sequential composition; a boot without a status of
+    its own is charged at the device's latest ``eps_record``), plus epsilon_A (the correction
+    server's ``--analyst-epsilon``) for each of the ``round_readings``, the readings in windows
+    the analyst asked a correction round for (cloud/correction/honest.py). ``eps_a`` is what
+    the board charges its ledger per record for that round view (config ``epsilon_a``; None:
+    nothing, and its caps bound its releases only).
     """
 
     device_id: int
@@ -61,6 +65,8 @@ class DeviceRow:
     status_event: str | None
     status_at: float | None
     set_apart: int = 0            # readings set apart from their windows (another column count or config_id)
+    round_readings: int = 0       # readings in windows that ran a correction round
+    eps_a: Fraction | None = None
 
 
 @dataclass(frozen=True)
@@ -162,9 +168,11 @@ def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def devices(store: AnalystStore) -> list[DeviceRow]:
-    """Every device that has a group, a reading or a status message, by device id."""
+def devices(store: AnalystStore, epsilon_a: Fraction = Fraction(1)) -> list[DeviceRow]:
+    """Every device that has a group, a reading or a status message, by device id; ``epsilon_a``
+    is the correction server's ``--analyst-epsilon`` (its default, 1)."""
     groups = store.device_groups()
+    in_rounds = store.round_readings()
     cands = store.candidate_counts()
     apart = store.set_apart_by_device()
     boots: dict[int, dict[int, tuple[int, float]]] = {}
@@ -186,6 +194,8 @@ def devices(store: AnalystStore) -> list[DeviceRow]:
         for boot, (n, _) in boots.get(d, {}).items():
             rate = boot_eps.get((d, boot), er)
             total = None if rate is None or total is None else total + n * rate
+        if total is not None:
+            total += in_rounds.get(d, 0) * epsilon_a
         activity = boots.get(d, {})
         rows.append(DeviceRow(
             device_id=d, group=groups.get(d, DEFAULT_GROUP), readings=sum(n for n, _ in activity.values()),
@@ -194,7 +204,8 @@ def devices(store: AnalystStore) -> list[DeviceRow]:
             eps_record=er, eps_record_worst=_fraction(fields.get("eps_record_worst")),
             ledger_window=_int(fields.get("window")), eps_window=_fraction(fields.get("spent")),
             cap=_fraction(fields.get("cap")), eps_total=total, status_event=_str(fields.get("event")),
-            status_at=at, set_apart=apart.get(d, 0)))
+            status_at=at, set_apart=apart.get(d, 0), round_readings=in_rounds.get(d, 0),
+            eps_a=_fraction(fields.get("eps_a"))))
     return rows
 
 

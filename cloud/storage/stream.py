@@ -109,8 +109,8 @@ POSTGRES_V4 = ("ALTER TABLE windows ADD COLUMN fit text",)
 
 # Fields of a board's status message the analyst keeps (firmware/app.py, cloud/transport/gateway/);
 # anything else in a status message is dropped, so nothing a board adds by mistake is stored.
-STATUS_FIELDS = ("event", "device", "boot", "board", "entropy", "eps_record", "eps_record_worst", "window",
-                 "spent", "cap", "withheld", "released", "dropped", "pending", "sensor", "mem_free")
+STATUS_FIELDS = ("event", "device", "boot", "board", "entropy", "eps_record", "eps_record_worst", "eps_a",
+                 "window", "spent", "cap", "withheld", "released", "dropped", "pending", "sensor", "mem_free")
 
 
 def _majority(widths: list[int]) -> int:
@@ -535,6 +535,13 @@ class StreamTables(TokenListing):
         return [BootActivity(int(d), int(b), int(n), float(last)) for d, b, n, last in self._rows(
             "read device activity", "SELECT device_id, boot_id, count(*), max(received_at) FROM readings"
                                     " GROUP BY device_id, boot_id ORDER BY device_id, boot_id")]
+
+    def round_readings(self) -> dict[int, int]:
+        """Readings per device in windows the analyst asked a correction round for (an attempt
+        counts: the answer may have reached it), whose round view adds epsilon_A."""
+        return {int(d): int(n) for d, n in self._rows(
+            "read readings in rounds", "SELECT r.device_id, count(*) FROM readings r JOIN windows w ON w.id = r.win"
+                                       " WHERE w.round_id IS NOT NULL GROUP BY r.device_id")}
 
     # -- schema 1 -> 2 ------------------------------------------------------------------------------
     def _migrate_results(self, cur: Any) -> None:

@@ -5,6 +5,9 @@ code, logged and counted in the round ledger that `dpsense status` prints.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -314,3 +317,68 @@ def test_a_race_between_two_servers_is_decided_by_the_ledger(shared_ledger):
     assert one.counts() == {"answered": 1, "retries": 0}      # the refused records were rolled back
     one.close()
     two.close()
+
+
+# -- parameters bound to the ledger ---------------------------------------------------------
+
+def _restart(tmp_path, *argv, profile_delta=(8, 8)):
+    """`dpsense correction-server` on one data dir; nothing listens on the broker port, so a server
+    that gets past its ledger check stops there (rc 2, "cannot reach the broker")."""
+    from dpsense.cloud.deploy.broker import free_port
+    from dpsense.cloud.deploy.profile import DeviceProfile, save_profile
+    save_profile(tmp_path, DeviceProfile(quantum=1.0, domain=1000.0, delta_q=profile_delta, epsilon="1",
+                                         centre_q=(0, 0), w_o_q=30.0))
+    r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "correction-server", "--data-dir", str(tmp_path),
+                        "--broker-port", str(free_port()), "--no-ingest", *argv],
+                       capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, DPSENSE_BROKER_PASSWORD="unused"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    return r.stderr.strip().splitlines()
+
+
+@pytest.mark.parametrize("changed, argv, delta", [
+    ("epsilon_A 1 -> 2", ["--analyst-epsilon", "2"], (8, 8)),
+    ("normal_radius", [], (9, 8)),                                  # a recalibrated rho
+    ("mode bands -> paper", ["--correction-mode", "paper"], (8, 8)),
+])
+def test_a_restart_with_other_parameters_on_the_same_ledger_is_refused(tmp_path, changed, argv, delta):
+    assert "cannot reach the broker" in _restart(tmp_path)[-1]
+    assert "cannot reach the broker" in _restart(tmp_path)[-1]          # the same parameters start
+    lines = _restart(tmp_path, *argv, profile_delta=delta)
+    assert len(lines) == 1 and "parameters are not the ones its round ledger answered with" in lines[0], lines
+    assert changed in lines[0] and "--rotate-noise-key" in lines[0]
+    # The operator rotates the key: the server starts with the new parameters, and keeps them.
+    key = (tmp_path / "correction-noise.key").read_bytes()
+    assert "cannot reach the broker" in _restart(tmp_path, "--rotate-noise-key", *argv, profile_delta=delta)[-1]
+    assert (tmp_path / "correction-noise.key").read_bytes() != key
+    assert "cannot reach the broker" in _restart(tmp_path, *argv, profile_delta=delta)[-1]
+    assert "round ledger" in _restart(tmp_path)[-1]                    # the old parameters are refused now
+
+
+def _bound(epsilon="1", rho=20.0):
+    from dpsense.cloud.correction.binding import answer_parameters
+    params = CorrectionParams(w_o=10.0, normal_radius=rho)
+    return answer_parameters("bands", Fraction(epsilon), RecordNoise(KEY, rho, Fraction(epsilon)).delta_q, params)
+
+
+def test_the_ledger_binds_the_parameters_and_a_rotation_closes_the_answered_windows(tmp_path):
+    path = tmp_path / "correction-rounds.db"
+    ledger = RoundLedger(path)
+    ledger.bind_key(KEY, _bound())
+    rounds, tokens = _server(ledger=ledger)
+    first = _bands(rounds, 1, 5, tokens[:150])
+    assert first["step"] == "result"
+    for other in (_bound(epsilon="2"), _bound(rho=20.5)):
+        with pytest.raises(UsageError, match="parameters are not the ones"):
+            RoundLedger(path).bind_key(KEY, other)
+    RoundLedger(path).bind_key(KEY, _bound())                            # the same ones pass
+    # A new key and other parameters: no record answered before is answered again.
+    new = RoundLedger(path)
+    new.rotate(b"\x02" * 32, _bound(epsilon="2"))
+    new.bind_key(b"\x02" * 32, _bound(epsilon="2"))
+    rounds, _ = _server(ledger=new)
+    assert _bands(rounds, 2, 5, tokens[:150])["code"] == "repeated"     # a retry of the answered window
+    assert _bands(rounds, 3, 6, tokens[:150])["code"] == "overlap"      # the same records under a new id
+    assert _bands(rounds, 4, 7, tokens[150:])["step"] == "result"       # fresh records are answered
+    with pytest.raises(UsageError, match="restore the key"):
+        RoundLedger(path).bind_key(KEY, _bound(epsilon="2"))

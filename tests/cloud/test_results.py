@@ -141,6 +141,29 @@ def test_devices_show_what_each_board_spent(tmp_path: Path) -> None:
     assert m.last_round_seconds == 0.1 and m.gaps == 0
 
 
+def test_devices_charge_the_round_view_to_each_reading_of_a_window_that_ran_a_round(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # After a round the analyst holds eps_record + epsilon_A of each reading of the window.
+    db = "sqlite:///%s/a.db" % tmp_path
+    with open_analyst_store(db) as store:
+        store.add_batch([_reading(7, 1, s, 100.0 + s) for s in range(6)], [])
+        store.add_statuses([DeviceStatus(7, 1, 99.0, {"event": "boot", "eps_record": "1/5", "eps_a": "1/2"},
+                                         "dpsense/status/d7")], [])
+        w = store.close_window("default", "count", upto_row=store.max_row_id(), closed_at=125.0, limit=4)
+        assert w is not None
+        store.start_attempt(w.id, 1)
+        before = {d.device_id: d for d in results.devices(store)}[7]
+        assert before.round_readings == w.n and before.eps_a == Fraction(1, 2)
+        assert before.eps_total == 6 * Fraction(1, 5) + w.n * 1          # the correction server's default
+        rows = {d.device_id: d for d in results.devices(store, epsilon_a=Fraction(2))}
+        assert rows[7].eps_total == 6 * Fraction(1, 5) + w.n * 2
+    code, out, _ = _run(capsys, "results", "devices", "--format", "json", "--analyst-epsilon", "1/2",
+                        "--data-dir", str(tmp_path), "--analyst-db", db)
+    (d,) = json.loads(out)
+    assert code == 0 and d["eps_total"] == float(6 * Fraction(1, 5) + w.n * Fraction(1, 2))
+    assert (d["round_readings"], d["eps_a"]) == (w.n, 0.5)
+
+
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()

@@ -226,10 +226,12 @@ def test_a_steady_fleet_gets_one_verdict_per_window_and_group_within_5_s(stack: 
         assert topic == "dpsense/alerts/%s" % w.group and len(doc["candidates"]) == w.candidates
     assert sorted(d["window"] for d in stack.webhook.docs) == sorted(with_candidates)
 
-    # The boards' status messages: per device, epsilon per record and in total.
+    # The boards' status messages: per device, epsilon per record and in total, the round's
+    # epsilon_A (1, the correction server's default) on each reading of a window that ran one.
     devices = json.loads(_dpsense(stack, "results", "devices", "--format", "json"))
     assert [(d["device"], d["group"]) for d in devices] == [(d, "hall-a" if d <= 5 else "hall-b") for d in range(1, 11)]
-    assert all(d["eps_record"] == 4 and d["eps_total"] == 4 * d["readings"] and d["readings"] > 0 for d in devices)
+    assert all(d["eps_record"] == 4 and d["eps_total"] == 4 * d["readings"] + d["round_readings"]
+               and 0 < d["round_readings"] <= d["readings"] for d in devices)
 
 
 def test_correction_server_stopped_mid_stream_holds_windows_until_it_is_back(stack: Stack) -> None:

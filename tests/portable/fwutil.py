@@ -49,6 +49,10 @@ class FakeClock:
     def sleep_ms(self, ms):
         self.ms += ms
 
+    def sleep_us(self, us):
+        # Millisecond resolution: a poll of ticks_ms that sleeps 0 us moves on to the next edge.
+        self.ms += max(1, (us + 999) // 1000)
+
 
 class FakeSock:
     """Bytes in ``rx`` are what the broker sent; everything written lands in ``tx``.

@@ -30,6 +30,7 @@ MODULES = (
     "tests.portable.test_fw_uplink",
     "tests.portable.test_fw_seriallink",
     "tests.portable.test_fw_seal",
+    "tests.portable.test_fw_schedule",
 )
 
 passed = failed = 0

@@ -224,3 +224,37 @@ def test_epsilon_cs_is_optional_validated_and_counted_in_the_caps():
     else:
         raise AssertionError("accepted a window cap below one record with epsilon_cs")
     assert validate(_with(epsilon_cs="0.5", window_cap="1.5"), UNIX)["window_cap"] == (3, 2)
+
+
+def test_epsilon_a_is_optional_validated_and_charged_per_record():
+    # After a correction round the analyst holds a record at epsilon_a more than its release:
+    # the board charges it per record so that window_cap and lifetime_cap bound that view too.
+    assert validate(_base(), UNIX)["epsilon_a"] is None
+    assert validate(_with(epsilon_a="1"), UNIX)["epsilon_a"] == (1, 1)
+    for bad in ("0", "-1", 1, "x"):
+        try:
+            validate(_with(epsilon_a=bad), UNIX)
+        except ConfigError as e:
+            assert str(e).startswith("epsilon_a: "), str(e)
+        else:
+            raise AssertionError("accepted epsilon_a %r" % (bad,))
+    try:
+        validate(_with(epsilon_a="1", window_cap="1"), UNIX)
+    except ConfigError as e:
+        assert str(e).startswith("window_cap: ") and "epsilon_a 1" in str(e), str(e)
+    else:
+        raise AssertionError("accepted a window cap below one record with epsilon_a")
+    from app import App
+    lines = []
+    path, ring = fwutil.scratch("eps-a-ledger"), fwutil.scratch("eps-a-ring")
+    cfg = validate(_with(epsilon_a="1", epsilon_cs="0.5", window_cap="10", ledger_path=path, ring_path=ring,
+                         corrections="plaintext", stimulus=[[1, 2]]), UNIX)
+    app = App(cfg, UNIX, log=lines.append, clock=fwutil.FakeClock())
+    led = app.ledger
+    assert (led.row, led.unit_den) == (5, 2)            # 2 x 0.5 + epsilon_cs 1/2 + epsilon_a 1
+    app.uplink = None                                   # the status as a serial board prints it
+    app.status("boot")
+    assert '"eps_a":"1"' in lines[-1] and '"eps_record":"1"' in lines[-1], lines
+    app.ring.close()
+    fwutil.remove(path)
+    fwutil.remove(ring)

@@ -1,12 +1,16 @@
 """Release timing of the real firmware loop under the MicroPython unix port (or CPython).
 
     micropython tests/statistical/release_timing.py 2000 5      # readings, period_ms
+    micropython tests/statistical/release_timing.py 8000 2 /tmp/x 5   # + 5 us when |Y| >= 200
 
 Runs ``firmware/app.py``'s ``App.run`` (Pico profile, one column at scale 100 quanta, a
 stimulus of zeros, so each released value is its noise Y) and prints, per release, one
-line ``<latency_us> <Y>``: microseconds from the moment the ledger let the reading through
-(the record's noise is drawn after it) to the moment the record reached the transport. That moment is what a broker, a gateway or
-anyone on the wire sees. tests/statistical/test_release_timing.py reads the lines.
+line ``<latency_us> <Y> <since_first_us>``: microseconds from the moment the ledger let the
+reading through (the record's noise is drawn after it) to the moment the record reached the
+transport, and from the first record's hand-over to this one's. That moment is what a broker, a gateway or
+anyone on the wire sees. tests/statistical/test_release_timing.py reads the lines. A fourth
+argument reports the hand-over of each record with |Y| >= 200 that many microseconds later: a
+deliberately leaky release path, the timing test's power check.
 """
 import sys
 import time
@@ -31,7 +35,7 @@ def new_seal_key(path):
     f.close()
 
 
-def main(n, period, tmp):
+def main(n, period, tmp, leak_us=0):
     profile = boards.load("pico")
     cfg = validate({
         "board": "pico", "device_id": 7,
@@ -44,6 +48,7 @@ def main(n, period, tmp):
     new_seal_key(cfg["seal_key_path"])
     app = App(cfg, profile, lambda s: None, (lambda b: None, lambda: None))
     read_at = [0, -1]     # when the ledger let the last reading through, and its sequence number
+    first = [None]        # when the first record was handed over
     charge = app.ledger.charge
 
     def charged():
@@ -55,9 +60,13 @@ def main(n, period, tmp):
     def handoff(reading, correction):
         t = time.ticks_us()
         _, rec = wire.decode(reading)
+        if leak_us and abs(rec[5][0]) >= 200:
+            t = time.ticks_add(t, leak_us)       # as if this record had left leak_us later
         # The schedule hands record k over before reading k + 1, so the last reading is its own.
         assert rec[2] == read_at[1]
-        print("%d %d" % (time.ticks_diff(t, read_at[0]), rec[5][0]))
+        if first[0] is None:
+            first[0] = t
+        print("%d %d %d" % (time.ticks_diff(t, read_at[0]), rec[5][0], time.ticks_diff(t, first[0])))
 
     app.ledger.charge = charged
     app.transport = handoff
@@ -65,4 +74,5 @@ def main(n, period, tmp):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "/tmp/dpsense-timing")
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "/tmp/dpsense-timing",
+         int(sys.argv[4]) if len(sys.argv) > 4 else 0)

@@ -193,12 +193,12 @@ def test_the_status_fields_are_the_firmware_s_and_the_example_is_accepted() -> N
     sec = _section("13. Poll replies")
     fields = [f for row in _table(sec, "field") for f in re.findall(r"`([a-z_]+)`", row[0])]
     app = (ROOT / "firmware" / "app.py").read_text()
-    template = app[app.index("text = ('{\"event\""):app.index('if self.mech.eps_cs else ""))')]
+    template = app[app.index("text = ('{\"event\""):app.index('if self.cfg.get("epsilon_a") else ""))')]
     assert fields == re.findall(r'\\?"([a-z_]+)\\?":', template.replace('\\"', '"'))
     example = _blocks(sec)[1]
     doc = json.loads(example)
-    # eps_cs is sent only by a board with epsilon_cs set; the example's board has none.
-    assert list(doc) == [f for f in fields if f != "eps_cs"] and len(example) <= MAX_STATUS_BYTES
+    # eps_cs and eps_a are sent only by a board with epsilon_cs, epsilon_a set; the example's board has neither.
+    assert list(doc) == [f for f in fields if f not in ("eps_cs", "eps_a")] and len(example) <= MAX_STATUS_BYTES
     got = classify_status("dpsense/status/d7", example.encode(), 0.0)
     assert not isinstance(got, DeadLetter) and (got.device_id, got.boot_id) == (7, doc["boot"])
     assert set(STATUS_FIELDS) - {"mem_free"} <= set(fields)

@@ -47,12 +47,24 @@ def parser_results(p: argparse.ArgumentParser) -> None:
     c.add_argument("--group", help="only this device group")
     c.add_argument("--all", action="store_true",
                    help="also the presumed outliers the correction round removed as false positives")
-    sub.add_parser("devices", help="per device: readings, candidates, last seen, epsilon spent, cap, entropy",
-                   description="Per device: readings, candidates, last seen, and what its ledger reported.",
-                   epilog=examples("dpsense results devices", "dpsense results devices --format csv"))
+    d = sub.add_parser("devices", help="per device: readings, candidates, last seen, epsilon spent, cap, entropy",
+                       description="Per device: readings, candidates, last seen, and what its ledger reported; "
+                                   "eps_total is what the analyst holds, the correction rounds' epsilon included.",
+                       epilog=examples("dpsense results devices", "dpsense results devices --format csv"))
+    d.add_argument("--analyst-epsilon", type=_epsilon, default=Fraction(1),
+                   help="the correction server's --analyst-epsilon (default 1, its default): what a round adds "
+                        "to eps_total per reading of its window")
     for q in sub.choices.values():
         q.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
         add_common(q)
+
+
+def _epsilon(text: str) -> Fraction:
+    from dpsense.cloud.correction.honest import parse_epsilon
+    try:
+        return parse_epsilon(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _t(t: float | None) -> str:
@@ -88,6 +100,7 @@ DEVICE_COLUMNS: list[Column] = [
     ("eps_record", lambda d: _eps(d.eps_record)), ("eps_record_worst", lambda d: _eps(d.eps_record_worst)),
     ("entropy", lambda d: d.entropy), ("board", lambda d: d.board), ("status", lambda d: d.status_event),
     ("status_at", lambda d: _t(d.status_at)), ("set_apart", lambda d: d.set_apart),
+    ("round_readings", lambda d: d.round_readings), ("eps_a", lambda d: _eps(d.eps_a)),
 ]
 
 
@@ -143,4 +156,4 @@ def _query(store: "AnalystStore", args: argparse.Namespace, since: float | None)
     if args.what == "candidates":
         return list(results.candidates(store, window=args.window, since=since, group=args.group,
                                        all_verdicts=args.all)), CANDIDATE_COLUMNS
-    return list(results.devices(store)), DEVICE_COLUMNS
+    return list(results.devices(store, epsilon_a=args.analyst_epsilon)), DEVICE_COLUMNS

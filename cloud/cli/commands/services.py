@@ -371,6 +371,10 @@ def parser_analyst(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-margin", type=float, default=0.05,
                    help="mode paper: no round when |O'| is within this share of the expected outlier count "
                         "(default 0.05; negative: always run the round)")
+    p.add_argument("--rotate-noise-key", action="store_true",
+                   help="start with a new noise key and this run's parameters (after a recalibration or "
+                        "another --analyst-epsilon); every window answered so far is closed and never "
+                        "answered again. Stop every correction-server worker of the database first")
     add_round_policy(p)
     p.add_argument("--no-ingest", action="store_true",
                    help="only detect; other processes run `dpsense ingest --role analyst` and `--role status`")
@@ -481,6 +485,10 @@ def parser_correction(p: argparse.ArgumentParser) -> None:
                    help="epsilon towards the analyst per reading within the normal radius: every answer is "
                         "computed from d_diff plus discrete Laplace noise of scale ceil(normal radius) / epsilon, "
                         "fixed per record (default 1; a number like 0.5 or 1/2)")
+    p.add_argument("--rotate-noise-key", action="store_true",
+                   help="start with a new noise key and this run's parameters (after a recalibration or "
+                        "another --analyst-epsilon); every window answered so far is closed and never "
+                        "answered again. Stop every correction-server worker of the database first")
     add_round_policy(p)
     p.add_argument("--no-ingest", action="store_true", help="only answer rounds; another process ingests")
     p.add_argument("--worker", type=count(1),
@@ -498,7 +506,9 @@ def do_correction(args: argparse.Namespace) -> int:
     from dpsense.cloud.storage import open_correction_store
     st = settings_from(args)
     stop = stop_on_sigterm()
-    from dpsense.cloud.correction.honest import RoundLedger, RoundPolicy, ledger_target, load_key, parse_epsilon
+    from dpsense.cloud.correction.binding import answer_parameters, new_key
+    from dpsense.cloud.correction.honest import (KEY_SIZE, RecordNoise, RoundLedger, RoundPolicy, ledger_target,
+                                                 load_key, parse_epsilon)
     noise = args.split == "noise"
     # Every mode needs the normal radius (the noise on d_diff towards the analyst is calibrated
     # to it) and the never-worse split the noise scale: only the profile gives them.
@@ -516,7 +526,8 @@ def do_correction(args: argparse.Namespace) -> int:
     from dpsense.cloud.correction.sealed import KeyStore
     # Its own folder's key store, readable by this user, before anything is started.
     KeyStore.for_data_dir(st.cs_dir).check_readable()
-    key = load_key(st.cs_dir / "correction-noise.key")
+    key_path = st.cs_dir / "correction-noise.key"
+    key = None if args.rotate_noise_key else load_key(key_path)
 
     def params(w_o: float | None = args.w_o) -> CorrectionParams | None:
         # The profile may arrive after the server started: it is read until it exists.
@@ -545,7 +556,16 @@ def do_correction(args: argparse.Namespace) -> int:
     ledger_at = ledger_target(st.correction_db)
     ledger = RoundLedger(ledger_at)
     try:
-        ledger.bind_key(key)            # a changed key stops the server here, not at its first round
+        # A changed key or changed parameters stop the server here, not at its first round (with no
+        # profile yet, the parameters are bound or checked when it arrives).
+        known = params()
+        bound = None if known is None else answer_parameters(
+            args.correction_mode, epsilon, RecordNoise(bytes(KEY_SIZE), known.normal_radius, epsilon).delta_q, known)
+        if key is None:
+            key = new_key(key_path, KEY_SIZE)
+            ledger.rotate(key, bound)
+        else:
+            ledger.bind_key(key, bound)
     finally:
         ledger.close()
     account = worker_account("correction", args.worker)
