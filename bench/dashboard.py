@@ -12,7 +12,10 @@ each the median of ``--repeat`` runs:
 * the dashboard's first refresh (a new ``StoreSource``: summary, windows, devices and events,
   what the page asks for on every poll);
 * one page poll afterwards with nothing new, and with 1,000 new readings;
-* the chosen window's candidates, read once (its members and verdicts), and once cached.
+* the chosen window's candidates, read once (its members and verdicts), and once cached;
+* the page's aggregates with a profile: each group's mean per 10 minutes over the last day
+  (``/api/aggregates``) and the latest window's histogram (``/api/histogram``), and a page poll
+  with them, against the same poll without them.
 """
 from __future__ import annotations
 
@@ -113,6 +116,21 @@ def main(argv: list[str] | None = None) -> int:
         cells.append(("candidates of the window, first read", _median(candidates_first, a.repeat)))
         source.candidates(0)
         cells.append(("candidates of the window, cached", _median(lambda: source.candidates(0), a.repeat)))
+        from dpsense.cloud.cli.commands.dashboard import latest_histogram, mean_bands
+        from dpsense.cloud.deploy.profile import DeviceProfile, save_profile
+        save_profile(tmp, DeviceProfile(quantum=0.01, domain=200.0, delta_q=(1250, 1250), epsilon="0.5",
+                                        centre_q=(0, 0)))
+        agg = StoreSource(opener, min_interval=0, cost_share=None, aggregator=mean_bands(Path(tmp)),
+                          histogrammer=latest_histogram(Path(tmp)))
+        cells.append(("means per group, 10 min windows over a day", _median(
+            lambda: agg.aggregates(0, 600.0, 86400.0), a.repeat)))
+        cells.append(("histogram of the latest window", _median(
+            lambda: agg.histogram("default", 0, 600.0, 86400.0), a.repeat)))
+
+        def poll_with_aggregates() -> None:
+            agg.summary(), agg.windows(20), agg.devices(), agg.events(10)
+            agg.aggregates(0, 600.0, 86400.0), agg.histogram("default", 0, 600.0, 86400.0)
+        cells.append(("page poll with the aggregates", _median(poll_with_aggregates, a.repeat)))
     print("%d readings from %d devices, one done window with %d candidates; median of %d runs\n"
           % (a.readings, DEVICES, len(cands), a.repeat))
     print("| what | seconds |\n|---|---:|")

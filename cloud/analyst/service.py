@@ -56,6 +56,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from dpsense.cloud.transport import topics
 from dpsense.cloud.ops.alerts import Alerts
+from dpsense.cloud.privacy.aggregate import NoiseLaw
+from dpsense.cloud.privacy.aggregate import mean as window_mean
 from dpsense.cloud.correction import chunks
 from dpsense.cloud.correction import messages as msg
 from dpsense.cloud.correction.honest import UNCORRECTED
@@ -506,8 +508,21 @@ class Analyst:
         store.complete_window(w.id, outcome, verdicts, result, note, m.odd)
         if note is not None:
             self.log("analyst: " + note)
-        self.alerts.window_done(w, [v for v in verdicts if v.candidate])
+        self.alerts.window_done(w, [v for v in verdicts if v.candidate], self._means(values))
         return result
+
+    def _means(self, values: np.ndarray) -> list[dict[str, Any]] | None:
+        """The window's mean per column in physical units with its 95% interval (the profile's
+        exact noise law; post-processing, no budget), or None without a matching profile."""
+        prof = self._profile() if self._profile is not None else None
+        if prof is None or values.ndim != 2 or values.shape[1] != len(prof.delta_q) or not len(values):
+            return None
+        out = []
+        for j, d in enumerate(prof.delta_q):
+            e = window_mean(values[:, j].astype(np.int64), NoiseLaw.for_column(d, prof.epsilon))
+            out.append({"column": j, "estimate": e.value * prof.quantum, "lo": e.lo * prof.quantum,
+                        "hi": e.hi * prof.quantum, "level": 0.95})
+        return out
 
     # -- the loop -----------------------------------------------------------------------------------
     def run(self, stop: threading.Event, flush_when_idle: float | None = None,

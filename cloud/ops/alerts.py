@@ -8,8 +8,10 @@
 One JSON document per window with at least one candidate (on MQTT, a window with more
 candidates than fit under the broker's packet limit goes out as several documents with
 ``part`` and ``parts``): the window (id, group, interval,
-readings) and each candidate's identity (device, boot, seq, arrival, verdict). No value, noise or
-distance difference: an operator looks a reading up by its identity. The topic is readable by
+readings), each candidate's identity (device, boot, seq, arrival, verdict) and, when the
+analyst has a profile, the window's mean per column with its 95% interval, estimated from the
+released readings (no privacy budget spent). No reading's value, noise or distance difference:
+an operator looks a reading up by its identity. The topic is readable by
 accounts of role ``alerts`` only (cloud/deploy/broker.py). The webhook gets the same document as a POST
 from a thread of its own with a timeout; a failure is logged and the document dropped, so a slow
 or dead endpoint never holds up detection.
@@ -41,17 +43,26 @@ def check_webhook(url: str) -> str:
     return url
 
 
-def alert_document(window: WindowRecord, candidates: Sequence[Verdict]) -> dict[str, Any]:
-    return {
+def alert_document(window: WindowRecord, candidates: Sequence[Verdict],
+                   means: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``means``: the window's mean per column with its interval, estimated from the released
+    readings (``dpsense aggregate``'s estimator, no privacy budget spent), when the analyst had
+    a profile; the document then says so in ``means_privacy``."""
+    doc: dict[str, Any] = {
         "window": window.id, "group": window.group, "group_window": window.seq, "kind": window.kind,
         "start": iso_time(window.start), "end": iso_time(window.end), "readings": window.n,
         "candidates": [{"device": c.device_id, "boot": c.boot_id, "seq": c.seq,
                         "received_at": iso_time(c.received_at), "verdict": c.verdict} for c in candidates],
     }
+    if means:
+        doc["means"] = list(means)
+        doc["means_privacy"] = ("estimates from the released readings: post-processing of readings already "
+                                "released, each epsilon-DP towards the analyst; no privacy budget spent")
+    return doc
 
 
 def mqtt_parts(window: WindowRecord, candidates: Sequence[Verdict], body: bytes,
-               limit: int = ALERT_LIMIT) -> list[bytes]:
+               limit: int = ALERT_LIMIT, means: Sequence[dict[str, Any]] | None = None) -> list[bytes]:
     """The alert as MQTT payloads under the broker's packet limit: ``body`` itself when it fits,
     else documents with a share of the candidates each and ``part``/``parts`` (1-based)."""
     if len(body) <= limit:
@@ -61,7 +72,7 @@ def mqtt_parts(window: WindowRecord, candidates: Sequence[Verdict], body: bytes,
         per = -(-len(candidates) // k)
         out = []
         for i in range(k):
-            doc = alert_document(window, candidates[i * per:(i + 1) * per])
+            doc = alert_document(window, candidates[i * per:(i + 1) * per], means)
             doc["part"], doc["parts"] = i + 1, k
             out.append(json.dumps(doc, separators=(",", ":")).encode())
         if max(len(b) for b in out) <= limit or per == 1:
@@ -86,13 +97,14 @@ class Alerts:
             self._thread = threading.Thread(target=self._post_loop, name="webhook", daemon=True)
             self._thread.start()
 
-    def window_done(self, window: WindowRecord, candidates: Sequence[Verdict]) -> None:
+    def window_done(self, window: WindowRecord, candidates: Sequence[Verdict],
+                    means: Sequence[dict[str, Any]] | None = None) -> None:
         if not candidates:
             return
-        body = json.dumps(alert_document(window, candidates), separators=(",", ":")).encode()
+        body = json.dumps(alert_document(window, candidates, means), separators=(",", ":")).encode()
         if self._publish is not None:
             try:
-                for part in mqtt_parts(window, candidates, body):
+                for part in mqtt_parts(window, candidates, body, means=means):
                     self._publish(topics.ALERTS % window.group, part)
             except Exception as e:  # noqa: BLE001 - an alert must never stop detection
                 self._log("analyst: alert for window %d not published: %s" % (window.id, e))

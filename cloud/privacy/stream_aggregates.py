@@ -108,6 +108,9 @@ class WindowAggregate:
     set_apart: int          # readings of the window with another column count or config_id
     level: float
     rows: tuple[Row, ...]
+    # A histogram's released counts per bin (``rows``' bins, in order): the noisy values as
+    # released, beside the deconvolved estimates. Empty for the other statistics.
+    released: tuple[int, ...] = ()
 
 
 def _decimal(x: float) -> Fraction:
@@ -153,7 +156,7 @@ def _estimates(y: np.ndarray, law: NoiseLaw, stat: Stat, quantum: float, level: 
         return (row("< %g" % stat.arg, count_between(y, law, hi=_quanta_below(stat.arg, quantum), level=level), 1),)
     # Histogram: [e_k, e_k+1) and the two open ends, so that the bins hold every reading.
     y = np.sort(y)
-    cuts = [math.ceil(_decimal(e) / _decimal(quantum)) for e in edges]     # first q of each bin
+    cuts = _cuts(edges, quantum)
     out = [row("< %g" % edges[0], count_between(y, law, hi=cuts[0] - 1, level=level, presorted=True), 1)]
     for k in range(len(edges) - 1):
         if cuts[k + 1] - 1 < cuts[k]:
@@ -162,6 +165,19 @@ def _estimates(y: np.ndarray, law: NoiseLaw, stat: Stat, quantum: float, level: 
                        count_between(y, law, lo=cuts[k], hi=cuts[k + 1] - 1, level=level, presorted=True), 1))
     out.append(row(">= %g" % edges[-1], count_between(y, law, lo=cuts[-1], level=level, presorted=True), 1))
     return tuple(out)
+
+
+def _cuts(edges: tuple[float, ...], quantum: float) -> list[int]:
+    """The first quantum of each histogram bin [e_k, e_k+1)."""
+    return [math.ceil(_decimal(e) / _decimal(quantum)) for e in edges]
+
+
+def released_counts(y: np.ndarray, edges: tuple[float, ...], quantum: float) -> tuple[int, ...]:
+    """How many released values (quanta) fall in each of the histogram's bins (the two open
+    ends included): what a reader of the raw released stream would count, noise and all."""
+    idx = np.searchsorted(np.asarray(_cuts(edges, quantum), dtype=np.int64), np.asarray(y, dtype=np.int64),
+                          side="right")
+    return tuple(int(c) for c in np.bincount(idx, minlength=len(edges) + 1))
 
 
 def aggregate(store: AnalystStore, profile: DeviceProfile, *, group: str, window_s: float, since: float,
@@ -202,5 +218,6 @@ def aggregate(store: AnalystStore, profile: DeviceProfile, *, group: str, window
             continue
         y = np.frombuffer(b"".join(blobs), dtype="<i4").reshape(len(blobs), m)[:, column].astype(np.int64)
         out.append(WindowAggregate(group, k * window_s, (k + 1) * window_s, column, stat.describe(), len(blobs),
-                                   odd, float(level), _estimates(y, law, stat, profile.quantum, level, edges)))
+                                   odd, float(level), _estimates(y, law, stat, profile.quantum, level, edges),
+                                   released_counts(y, edges, profile.quantum) if stat.kind == "histogram" else ()))
     return out

@@ -407,6 +407,9 @@ def test_aggregates_are_null_without_a_profile_and_parameters_are_checked(served
     assert json.loads(_request(served, "/api/aggregates?column=0")[2])["aggregates"] is None
     for bad in ("column=x", "window=0", "window=700&span=600", "span=99999999999"):
         assert _request(served, "/api/aggregates?" + bad)[0] == 400, bad
+        assert _request(served, "/api/histogram?group=default&" + bad)[0] == 400, bad
+    assert _request(served, "/api/histogram?column=0")[0] == 400            # no group
+    assert json.loads(_request(served, "/api/histogram?group=default")[2])["histogram"] is None
 
 
 def test_aggregates_per_group_from_the_profile(url: str, tmp_path: Path) -> None:
@@ -425,3 +428,10 @@ def test_aggregates_per_group_from_the_profile(url: str, tmp_path: Path) -> None
     assert "spends no privacy budget" in a.note
     with pytest.raises(ValueError, match="column must be in 0..1"):
         src.aggregates(2, 600.0, 3600.0)
+    from dpsense.cloud.cli.commands.dashboard import latest_histogram
+    src = StoreSource(lambda: open_analyst_store(url), min_interval=0, cost_share=None, clock=lambda: NOW,
+                      histogrammer=latest_histogram(tmp_path))
+    h = src.histogram("hall-a", 0, 600.0, 3600.0)
+    assert h is not None and h.group == "hall-a" and len(h.labels) == len(h.released) == len(h.value) == 12
+    assert sum(h.released) == h.n == 7 and "spends no privacy budget" in h.note
+    assert src.histogram("nobody", 0, 600.0, 3600.0) is None

@@ -67,9 +67,10 @@ def make_analyst(store: AnalystStore, server: InProcessServer, clock: Clock, win
     kw.setdefault("centre_q", (0.0, 0.0))      # the fleet's provisioned centre
     kw.setdefault("min_round", 2)
     kw.setdefault("min_presumed", 1)
+    profile = kw.pop("profile", None)
     params = AnalystParams(eps_q=60.0, min_samples=MIN_SAMPLES, window=window, round_timeout=0.2, **kw)
     a = Analyst(Connection("127.0.0.1", 1, "analyst", "x", "t"), lambda: store, params, log=logs.append,
-                clock=clock)
+                clock=clock, profile=profile)
     a._client = server          # type: ignore[assignment]
     a._stop = threading.Event()
     server.analyst = a
@@ -580,3 +581,28 @@ def test_the_loop_rides_through_a_store_outage_and_says_so_once(store: AnalystSt
     assert flaky.completed == 2 and time.monotonic() - t0 < 30, logs
     assert sum("the store is unavailable" in line for line in logs) == 1
     assert sum("the store answers again" in line for line in logs) == 1
+
+
+def test_alerts_carry_the_windows_means_when_the_analyst_has_a_profile(store: AnalystStore) -> None:
+    """With a profile the alert adds each column's mean over the window's released readings, in
+    physical units, with its 95% interval from the exact noise law, and says it spends no budget;
+    a reading's own value is still never in it."""
+    from dpsense.cloud.deploy.profile import DeviceProfile
+    from dpsense.cloud.privacy.aggregate import NoiseLaw, mean
+    fleet = Fleet()
+    batch = fleet.readings(4, spread(6000.0, 6005.0, 100))
+    store.add_batch(batch, [])
+    server = InProcessServer(fleet.d_diff)
+    prof = DeviceProfile(quantum=0.5, domain=5000.0, delta_q=(20, 30), epsilon="1", centre_q=(0, 0))
+    a, _ = make_analyst(store, server, Clock(6006.0), WindowSpec(seconds=5), profile=lambda: prof)
+    assert a.poll(store) == 1
+    (_, doc), = server.alerts
+    assert set(doc) == {"window", "group", "group_window", "kind", "start", "end", "readings", "candidates",
+                        "means", "means_privacy"}
+    assert "no privacy budget" in doc["means_privacy"]
+    released = np.array([r.values for r in batch], dtype=np.int64)
+    for j, m in enumerate(doc["means"]):
+        want = mean(released[:, j], NoiseLaw.for_column(prof.delta_q[j], prof.epsilon))
+        assert m["column"] == j and m["level"] == 0.95
+        assert (m["estimate"], m["lo"], m["hi"]) == pytest.approx((want.value * 0.5, want.lo * 0.5, want.hi * 0.5))
+    assert {k for c in doc["candidates"] for k in c} == {"device", "boot", "seq", "received_at", "verdict"}

@@ -306,6 +306,15 @@ def test_dashboard_in_a_browser(tmp_path: Path) -> None:
                                      until=bs[-1]["end"], column=0, stat=Stat("mean"))
                     assert [(w.n, w.rows[0].lo, w.rows[0].hi) for w in want] == [(b["n"], b["lo"], b["hi"]) for b in bs]
             assert "spends no privacy budget" in driver.find_element(By.ID, "agg-note").text
+            # The first group's latest window as a histogram: released counts and estimates per bin.
+            bins = _wait("the histogram", lambda: int(driver.find_element(By.ID, "hist-title").get_attribute("data-bins")
+                                                      or 0), 60)
+            first = sorted(agg["groups"])[0]
+            with urllib.request.urlopen(base + "api/histogram?column=0&group=" + first, timeout=30) as r:
+                hist = json.loads(r.read())["histogram"]
+            assert bins == len(hist["labels"]) == 12 and sum(hist["released"]) == hist["n"] > 0
+            assert len(driver.find_elements(By.CSS_SELECTOR, "#hist rect.released")) == bins
+            assert len(driver.find_elements(By.CSS_SELECTOR, "#hist circle.estimate")) == bins
             # A script error or a Content-Security-Policy violation shows up here.
             assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
             out = ROOT / "out" / "dashboard"

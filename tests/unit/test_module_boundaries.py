@@ -32,7 +32,7 @@ ROLES: dict[str, set[str]] = {
     "ops": {"transport", "storage"},
     "correction": {"transport", "deploy", "storage", "ingest"},
     "privacy": {"deploy", "storage", "correction"},
-    "analyst": {"transport", "deploy", "storage", "ingest", "correction", "ops"},
+    "analyst": {"transport", "deploy", "storage", "ingest", "correction", "privacy", "ops"},
     "sim": {"transport", "deploy", "storage", "ingest", "correction", "privacy", "ops", "analyst"},
     "cli": {"transport", "deploy", "storage", "ingest", "correction", "privacy", "ops", "analyst", "sim"},
 }

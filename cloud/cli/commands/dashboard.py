@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlsplit
 from dpsense.cloud.cli.commands.common import examples, settings_from, stop_on_sigterm
 
 if TYPE_CHECKING:
-    from dpsense.cloud.ops.dashboard.data import Aggregates, Aggregator
+    from dpsense.cloud.ops.dashboard.data import Aggregates, Aggregator, Histogram, Histogrammer
     from dpsense.cloud.ops.dashboard.server import DashboardServer
     from dpsense.cloud.storage.repository import AnalystStore
 
@@ -48,7 +48,8 @@ def do_dashboard(args: argparse.Namespace) -> int:
     if not is_loopback(args.host):
         print("dpsense dashboard: warning: listening on %s: the page has no authentication, anyone who can "
               "reach this address can read it" % args.host, file=sys.stderr, flush=True)
-    source = StoreSource(_opener(st.analyst_db, sqlite_path), aggregator=mean_bands(Path(st.data_dir)))
+    source = StoreSource(_opener(st.analyst_db, sqlite_path), aggregator=mean_bands(Path(st.data_dir)),
+                         histogrammer=latest_histogram(Path(st.data_dir)))
     try:
         server = DashboardServer((args.host, port), source, store_label=st.analyst_db, refresh_s=refresh)
     except OSError as e:
@@ -101,6 +102,28 @@ def mean_bands(data_dir: Path) -> "Aggregator":
                 groups[g] = [Band(w.start, w.end, w.n, w.rows[0].value, w.rows[0].lo, w.rows[0].hi) for w in ws]
         return Aggregates(column, m, window_s, 0.95, groups, NO_BUDGET)
     return bands
+
+
+def latest_histogram(data_dir: Path) -> "Histogrammer":
+    """The page's histogram: a group's latest window with readings, the profile's default bins
+    of a column, released counts beside the deconvolved estimates. Spends no privacy budget."""
+    from dpsense.cloud.deploy.profile import load_profile
+    from dpsense.cloud.ops.dashboard.data import Histogram
+    from dpsense.cloud.privacy.stream_aggregates import NO_BUDGET, Stat, aggregate
+
+    def latest(store: "AnalystStore", group: str, column: int, window_s: float, since: float,
+               until: float) -> "Histogram | None":
+        profile = load_profile(data_dir)
+        if profile is None:
+            return None
+        ws = aggregate(store, profile, group=group, window_s=window_s, since=since, until=until, column=column,
+                       stat=Stat("histogram"))
+        if not ws:
+            return None
+        w = ws[-1]
+        return Histogram(group, column, w.start, w.end, w.n, [r.label for r in w.rows], list(w.released),
+                         [r.value for r in w.rows], [r.lo for r in w.rows], [r.hi for r in w.rows], NO_BUDGET)
+    return latest
 
 
 def _opener(url: str, sqlite_path: str | None) -> "Callable[[], AnalystStore]":

@@ -37,6 +37,10 @@ def parser_results(p: argparse.ArgumentParser) -> None:
                        epilog=examples("dpsense results windows --group hall-a --last 10"))
     w.add_argument("--group", help="only this device group")
     w.add_argument("--last", type=count(1), help="only the last N windows")
+    w.add_argument("--mean", type=count(0), metavar="COLUMN",
+                   help="add each window's mean of this column (from 0) in physical units with its 95%% interval, "
+                        "estimated from the released readings with the data dir's profile (spends no privacy "
+                        "budget: post-processing, as `dpsense aggregate`)")
     c = sub.add_parser("candidates", help="the candidates of done windows: device, boot, seq, arrival",
                        description="Candidates (the corrected outlier set R) of the done windows, one per reading.",
                        epilog=examples("dpsense results candidates --window 3 --format csv",
@@ -144,9 +148,36 @@ def do_results(args: argparse.Namespace) -> int:
     from dpsense.cloud.cli.commands.common import existing_analyst_db
     with open_analyst_store(existing_analyst_db(st)) as store:
         rows, columns = _query(store, args, since)
+        if args.what == "windows" and args.mean is not None:
+            rows, columns = _with_means(store, rows, columns, args.mean, st.data_dir)
     # A reader that stops early (head, a pager) is handled once, by cloud/cli/__init__.py.
     write_rows(rows, columns, args.format)
     return 0
+
+
+def _with_means(store: "AnalystStore", rows: list[Any], columns: list[Column], column: int,
+                data_dir: Any) -> tuple[list[Any], list[Column]]:
+    """``rows`` (windows) with their mean of ``column``: (window, estimate) pairs and three more columns."""
+    from dpsense.cloud.deploy.profile import load_profile
+    from dpsense.cloud.privacy.aggregate import NoiseLaw, mean
+    prof = load_profile(data_dir)
+    if prof is None:
+        raise UsageError("--mean needs the device profile (profile.json) in %s" % data_dir)
+    if column >= len(prof.delta_q):
+        raise UsageError("--mean: column must be in 0..%d (the profile has %d columns)"
+                         % (len(prof.delta_q) - 1, len(prof.delta_q)))
+    law = NoiseLaw.for_column(prof.delta_q[column], prof.epsilon)
+    out = []
+    for w in rows:
+        m = store.window_members(w.id, columns=len(prof.delta_q), config_id=prof.config_id)
+        e = mean([int(v[column]) for v in m.values], law) if len(m.values) else None
+        out.append((w, e))
+    q = prof.quantum
+    base = [(name, (lambda f: lambda r: f(r[0]))(f)) for name, f in columns]
+    extra: list[Column] = [("mean", lambda r: None if r[1] is None else r[1].value * q),
+                           ("mean_lo", lambda r: None if r[1] is None else r[1].lo * q),
+                           ("mean_hi", lambda r: None if r[1] is None else r[1].hi * q)]
+    return out, base + extra
 
 
 def _query(store: "AnalystStore", args: argparse.Namespace, since: float | None) -> tuple[list[Any], list[Column]]:

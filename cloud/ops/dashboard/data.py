@@ -26,7 +26,7 @@ from dpsense.cloud.ops import results
 from dpsense.cloud.ops.results import DeviceRow, Event, WindowRecord
 from dpsense.cloud.storage.repository import AnalystStore
 
-__all__ = ["AGGREGATE_SPAN_S", "AGGREGATE_WINDOW_S", "MAX_POINTS", "RATE_WINDOW_S", "SHOWN_STATES", "Aggregates", "Aggregator", "Band", "DashboardSource",
+__all__ = ["AGGREGATE_SPAN_S", "AGGREGATE_WINDOW_S", "MAX_POINTS", "RATE_WINDOW_S", "SHOWN_STATES", "Aggregates", "Aggregator", "Band", "DashboardSource", "Histogram", "Histogrammer",
            "DeviceRow", "Event", "Point",
            "StoreSource", "Summary", "WindowCandidates", "WindowRecord"]
 
@@ -95,9 +95,30 @@ class Aggregates:
     note: str
 
 
+@dataclass(frozen=True)
+class Histogram:
+    """A group's latest window with readings, one column: per bin (``labels``, physical units)
+    the released values' count, noise and all, and the deconvolved estimate of the readings'
+    count with its interval (``dpsense aggregate --stat histogram``; no privacy budget spent)."""
+
+    group: str
+    column: int
+    start: float
+    end: float
+    n: int
+    labels: list[str]
+    released: list[int]
+    value: list[float]
+    lo: list[float]
+    hi: list[float]
+    note: str
+
+
 # (store, column, window_s, since, until) -> Aggregates, or None when there is no profile: the
 # caller (the dashboard command) wires the estimators and the profile in.
 Aggregator = Callable[[AnalystStore, int, float, float, float], "Aggregates | None"]
+# (store, group, column, window_s, since, until) -> the latest window's Histogram, or None.
+Histogrammer = Callable[[AnalystStore, str, int, float, float, float], "Histogram | None"]
 
 
 @dataclass(frozen=True)
@@ -146,6 +167,10 @@ class DashboardSource(Protocol):
         """Each group's mean of ``column`` per window of ``window_s`` over the last ``span_s``
         seconds, with intervals; None when the source has no aggregator or no profile."""
 
+    def histogram(self, group: str, column: int, window_s: float, span_s: float) -> Histogram | None:
+        """``group``'s latest window of ``window_s`` with readings in the last ``span_s`` seconds:
+        released counts and deconvolved estimates per bin; None without readings or a profile."""
+
     def dead_letter_reasons(self) -> dict[str, int]:
         """Dead-lettered messages per kind of reason (``results.dead_letter_reasons``)."""
 
@@ -172,11 +197,12 @@ class StoreSource:
 
     def __init__(self, open_store: Callable[[], AnalystStore], *, min_interval: float = 0.5,
                  cost_share: float | None = 0.1, clock: Callable[[], float] = time.time,
-                 aggregator: Aggregator | None = None) -> None:
+                 aggregator: Aggregator | None = None, histogrammer: Histogrammer | None = None) -> None:
         if cost_share is not None and not 0 < cost_share <= 1:
             raise ValueError("cost_share must be in (0, 1] or None, got %r" % (cost_share,))
         self._open = open_store
         self._aggregator = aggregator
+        self._histogrammer = histogrammer
         self._min_interval = min_interval
         self._cost_share = cost_share
         self._clock = clock
@@ -211,6 +237,17 @@ class StoreSource:
         with self._lock:
             return self._cached("aggregates:%d:%g:%g" % (column, window_s, span_s), lambda: self._read(
                 lambda s: agg(s, column, window_s, now - span_s, now + 1)))
+
+    def histogram(self, group: str, column: int, window_s: float, span_s: float) -> Histogram | None:
+        if not (window_s >= 1 and span_s >= window_s):
+            raise ValueError("need window >= 1 s and span >= window")
+        h = self._histogrammer
+        if h is None:
+            return None
+        now = self._clock()
+        with self._lock:
+            return self._cached("histogram:%s:%d:%g:%g" % (group, column, window_s, span_s), lambda: self._read(
+                lambda s: h(s, group, column, window_s, now - span_s, now + 1)))
 
     def backlog(self) -> list[results.Backlog]:
         with self._lock:

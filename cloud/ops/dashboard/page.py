@@ -53,6 +53,12 @@ ul.legend svg { vertical-align: middle; margin-right: 6px; }
 #agg text { font-size: 11px; fill: #1c2833; }
 #agg .band { fill-opacity: 0.18; stroke: none; }
 #agg .mean { fill: none; stroke-width: 1.6; }
+#hist { background: #fff; border: 1px solid #d5d8dc; }
+#hist text { font-size: 11px; fill: #1c2833; }
+#hist .axis { stroke: #566573; stroke-width: 1; }
+#hist .released { fill: #d5d8dc; }
+#hist .estimate { fill: #2471a3; }
+#hist .whisker { stroke: #2471a3; stroke-width: 1.4; }
 select { font: inherit; }
 """
 
@@ -387,6 +393,60 @@ function drawAggregates(a) {
   legend.replaceChildren(...items);
 }
 
+const HIST = {w: 720, h: 260, left: 84, right: 16, top: 16, bottom: 52};
+let histGroup = null;
+
+function drawHistogram(h) {
+  const svg = document.getElementById("hist");
+  const title = document.getElementById("hist-title");
+  if (h === null) {
+    svg.replaceChildren();
+    title.textContent = "No window with readings for this group yet.";
+    title.dataset.bins = "0";
+    return;
+  }
+  title.textContent = "Group " + h.group + ", column " + (h.column + 1) + ", window " +
+    new Date(h.start * 1000).toLocaleTimeString() + " to " + new Date(h.end * 1000).toLocaleTimeString() + ", " +
+    num(h.n) + " readings: grey bars count the values as released (noise and all), blue points estimate the " +
+    "readings' counts with their 95% intervals (" + h.note + ").";
+  title.dataset.bins = String(h.labels.length);
+  const k = h.labels.length;
+  const top = Math.max(1, ...h.released, ...h.hi);
+  const bottom = Math.min(0, ...h.lo);
+  const W = HIST.w - HIST.left - HIST.right, H = HIST.h - HIST.top - HIST.bottom;
+  const bw = W / k;
+  const sy = (v) => HIST.top + H - (v - bottom) / (top - bottom) * H;
+  const g = [];
+  for (const t of niceTicks(bottom, top, 5)) {
+    g.push(el("svg:text", {x: HIST.left - 6, y: sy(t) + 4, "text-anchor": "end"}, num(t)));
+  }
+  g.push(el("svg:line", {class: "axis", x1: HIST.left, x2: HIST.left + W, y1: sy(0), y2: sy(0)}));
+  h.labels.forEach((label, i) => {
+    const x = HIST.left + i * bw;
+    g.push(el("svg:rect", {class: "released", x: (x + bw * 0.15).toFixed(1), width: (bw * 0.7).toFixed(1),
+                           y: sy(h.released[i]).toFixed(1), height: (sy(0) - sy(h.released[i])).toFixed(1)}));
+    const cx = (x + bw / 2).toFixed(1);
+    g.push(el("svg:line", {class: "whisker", x1: cx, x2: cx, y1: sy(h.lo[i]).toFixed(1), y2: sy(h.hi[i]).toFixed(1)}));
+    const dot = el("svg:circle", {class: "estimate", cx: cx, cy: sy(h.value[i]).toFixed(1), r: 3.5});
+    dot.append(el("svg:title", {}, label + ": released " + num(h.released[i]) + ", estimated " +
+                  h.value[i].toFixed(1) + " [" + h.lo[i].toFixed(1) + ", " + h.hi[i].toFixed(1) + "]"));
+    g.push(dot);
+    g.push(el("svg:text", {x: cx, y: HIST.top + H + 16 + (i % 2) * 13, "text-anchor": "middle"}, label));
+  });
+  svg.replaceChildren(...g);
+}
+
+async function showHistogram(groups) {
+  const pick = document.getElementById("hist-group");
+  if (Array.from(pick.options).map((o) => o.value).join("\n") !== groups.join("\n")) {
+    pick.replaceChildren(...groups.map((g) => el("option", {value: g}, g)));
+  }
+  if (histGroup === null || !groups.includes(histGroup)) histGroup = groups.length ? groups[0] : null;
+  if (histGroup === null) { drawHistogram(null); return; }
+  pick.value = histGroup;
+  drawHistogram((await get("/api/histogram?group=" + encodeURIComponent(histGroup) + "&column=" + aggCol)).histogram);
+}
+
 async function showWindow() {
   const w = chosen === null ? latest : chosen;
   const key = w + ":" + xCol + ":" + yCol;
@@ -427,7 +487,9 @@ async function tick() {
     drawDevices(d.devices, d.now);
     drawEvents(e.events, e.now);
     await showWindow();
-    drawAggregates((await get("/api/aggregates?column=" + aggCol)).aggregates);
+    const agg = (await get("/api/aggregates?column=" + aggCol)).aggregates;
+    drawAggregates(agg);
+    await showHistogram(agg === null ? [] : Object.keys(agg.groups).sort());
     const st = document.getElementById("status");
     st.textContent = "updated " + new Date(s.now * 1000).toLocaleTimeString() + ", every " +
       (REFRESH_MS / 1000) + " s";
@@ -447,7 +509,15 @@ document.getElementById("window-pick").addEventListener("change", (ev) => {
 });
 document.getElementById("agg-col").addEventListener("change", async (ev) => {
   aggCol = Number(ev.target.value);
-  try { drawAggregates((await get("/api/aggregates?column=" + aggCol)).aggregates); } catch (e) { fail(e); }
+  try {
+    const agg = (await get("/api/aggregates?column=" + aggCol)).aggregates;
+    drawAggregates(agg);
+    await showHistogram(agg === null ? [] : Object.keys(agg.groups).sort());
+  } catch (e) { fail(e); }
+});
+document.getElementById("hist-group").addEventListener("change", async (ev) => {
+  histGroup = ev.target.value;
+  try { await showHistogram(Array.from(ev.target.options).map((o) => o.value)); } catch (e) { fail(e); }
 });
 for (const [id, set] of [["x-col", (v) => { xCol = v; }], ["y-col", (v) => { yCol = v; }]]) {
   document.getElementById(id).addEventListener("change", (ev) => { set(Number(ev.target.value)); redrawChoice(); });
@@ -519,6 +589,10 @@ exact noise law: these spend no privacy budget (docs/aggregate.md). <label>colum
 <div><svg id="agg" width="720" height="300" viewBox="0 0 720 300" role="img"
  aria-label="each group's mean per window with its interval"></svg>
 <ul class="legend" id="agg-legend"></ul></div>
+<p><label>histogram of group <select id="hist-group"></select></label></p>
+<p id="hist-title">loading&hellip;</p>
+<div><svg id="hist" width="720" height="260" viewBox="0 0 720 260" role="img"
+ aria-label="released counts and estimated counts per bin of the group's latest window"></svg></div>
 
 <h2>Devices</h2>
 <p class="about">Epsilon as each board's ledger reported it in its latest status message: spent in its

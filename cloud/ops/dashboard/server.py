@@ -12,6 +12,9 @@
     GET /api/aggregates?column=C[&window=S&span=S]
                                             {"now": t, "aggregates": {...} or null}: each group's
                                             mean of column C per window, with its interval
+    GET /api/histogram?group=G&column=C[&window=S&span=S]
+                                            {"now": t, "histogram": {...} or null}: the group's
+                                            latest window, released counts and estimates per bin
     GET /metrics                            Prometheus text format
 
 Any other method is answered 405. Bound to a loopback address, the server also refuses
@@ -44,7 +47,7 @@ from .metrics import metrics_registry
 MAX_WINDOWS = 500
 MAX_EVENTS = 100
 _STORE_PATHS = ("/metrics", "/api/summary", "/api/windows", "/api/devices", "/api/events", "/api/candidates",
-                "/api/aggregates")
+                "/api/aggregates", "/api/histogram")
 MAX_SPAN_S = 31 * 24 * 3600
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -160,6 +163,18 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 bands = self.server.source.aggregates(column, float(window), float(span))
                 self._json({"aggregates": None if bands is None else _plain(bands)})
+            elif url.path == "/api/histogram":
+                column = _whole(query, "column", 0)
+                window = _whole(query, "window", AGGREGATE_WINDOW_S)
+                span = _whole(query, "span", AGGREGATE_SPAN_S)
+                groups = query.get("group")
+                if (not groups or column is None or window is None or span is None
+                        or not 1 <= window <= span <= MAX_SPAN_S):
+                    self._error(HTTPStatus.BAD_REQUEST, "give group=G, and whole numbers: column, window (s) and "
+                                "span (s), 1 <= window <= span <= %d" % MAX_SPAN_S)
+                    return
+                hist = self.server.source.histogram(groups[0], column, float(window), float(span))
+                self._json({"histogram": None if hist is None else _plain(hist)})
             else:
                 self._error(HTTPStatus.NOT_FOUND, "no such page: %s" % url.path)
         except StorageError as e:
