@@ -76,7 +76,7 @@ import numpy as np
 from dpsense.cloud.correction.binding import check
 from dpsense.cloud.correction.binding import encode as _encode
 from dpsense.cloud.correction.binding import fingerprint as _fingerprint
-from dpsense.cloud.errors import RoundError, UsageError
+from dpsense.cloud.errors import RoundError, StorageUnavailable, UsageError
 from dpsense.cloud.deploy.files import write_private
 from dpsense.protocol.noise import DiscreteLaplace, scale_for
 
@@ -246,6 +246,8 @@ class RoundLedger:
     def __init__(self, target: Path | str = ":memory:") -> None:
         self._lock = threading.Lock()
         self.shared = str(target).startswith(("postgresql://", "postgres://"))
+        self._target = str(target)
+        self._broken = False                # the PostgreSQL connection was lost: reconnect first
         if self.shared:
             import psycopg
             try:
@@ -268,18 +270,55 @@ class RoundLedger:
             self._db.commit()
 
     def _x(self, sql: str, args: tuple[Any, ...] | list[Any] = ()) -> Any:
-        """One statement; ``?`` placeholders become ``%s`` for psycopg."""
+        """One statement; ``?`` placeholders become ``%s`` for psycopg. A lost PostgreSQL
+        connection (a server restart) is ``StorageUnavailable``: the transaction is gone, nothing
+        of it was recorded, and the next call opens a new connection."""
         if self.shared:
-            sql = sql.replace("?", "%s")
-            cur = self._db.cursor()
-            cur.execute(sql, args)
-            return cur
+            import psycopg
+            if self._broken or self._db.closed:
+                self._reconnect()
+            try:
+                cur = self._db.cursor()
+                cur.execute(sql.replace("?", "%s"), args)
+                return cur
+            except psycopg.OperationalError as e:
+                self._broken = True
+                raise StorageUnavailable("the round ledger in %s is unavailable: %s"
+                                         % (_redact(self._target), e)) from None
         return self._db.execute(sql, args)
 
+    def _reconnect(self) -> None:
+        import psycopg
+        try:
+            self._db.close()
+        except psycopg.Error:
+            pass
+        try:
+            self._db = psycopg.connect(self._target)
+        except psycopg.Error as e:
+            raise StorageUnavailable("the round ledger in %s is unavailable: %s" % (_redact(self._target), e)) from None
+        self._broken = False
+
     def _commit(self) -> None:
+        if self.shared:
+            import psycopg
+            try:
+                self._db.commit()
+            except psycopg.OperationalError as e:
+                self._broken = True
+                raise StorageUnavailable("the round ledger in %s is unavailable: %s"
+                                         % (_redact(self._target), e)) from None
+            return
         self._db.commit()
 
     def _rollback(self) -> None:
+        if self.shared:
+            import psycopg
+            try:
+                self._db.rollback()
+            except psycopg.OperationalError:
+                self._broken = True         # nothing to roll back on a connection that is gone
+            return
         self._db.rollback()
 
     def close(self) -> None:

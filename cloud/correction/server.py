@@ -60,7 +60,7 @@ from dpsense.cloud.correction.rules import (
     split_presumed,
 )
 from dpsense.cloud.correction.mpc.secure import BITS, MAX_MESSAGE, Garbler
-from dpsense.cloud.errors import UsageError
+from dpsense.cloud.errors import StorageUnavailable, UsageError
 from dpsense.cloud.transport.session import Connection
 from dpsense.cloud.transport.session import Session
 
@@ -384,6 +384,7 @@ class CorrectionServer:
         if self._resolve() is None:
             self.log("correction server: %s; storing correction records and refusing rounds until then"
                      % self.waiting)
+        outage: float | None = None             # when the ledger or the store became unreachable
         try:
             while not stop.is_set():
                 try:
@@ -398,17 +399,32 @@ class CorrectionServer:
                 except msg.RoundError as e:
                     self.log("correction server: ignored round message: %s" % e)
                     continue
-                if self.worker is not None and not ledger.claim(body["round"], self.worker):
-                    self.rounds_passed += 1
-                    continue
-                if rounds is None:
-                    rounds = self._rounds(store.lookup, ledger)
-                    if rounds is None:
-                        self.log("correction server: round %d refused: %s" % (body["round"], self.waiting))
-                        self._reply(msg.encode("error", body["round"], reason="the correction server refuses "
-                                               "rounds: %s" % self.waiting))
+                try:
+                    if self.worker is not None and not ledger.claim(body["round"], self.worker):
+                        self.rounds_passed += 1
                         continue
-                reply = rounds.handle(body)
+                    if rounds is None:
+                        rounds = self._rounds(store.lookup, ledger)
+                        if rounds is None:
+                            self.log("correction server: round %d refused: %s" % (body["round"], self.waiting))
+                            self._reply(msg.encode("error", body["round"], reason="the correction server refuses "
+                                                   "rounds: %s" % self.waiting))
+                            continue
+                    reply = rounds.handle(body)
+                except StorageUnavailable as e:
+                    # The ledger or the store lost its database (a restart): nothing of this step
+                    # was recorded, so nothing is answered (fail closed); the analyst holds the
+                    # window and asks again, and the next step reconnects. Said once per outage.
+                    if outage is None:
+                        outage = time.monotonic()
+                        self.log("correction server: storage unavailable (%s); answering no round until it "
+                                 "is back" % e)
+                    self._reply(msg.encode("error", body["round"], reason="the correction server's storage is "
+                                           "unavailable; retry later"))
+                    continue
+                if outage is not None:
+                    self.log("correction server: storage back after %.0f s" % (time.monotonic() - outage))
+                    outage = None
                 if reply is not None:
                     self._reply(reply)
                     if body["step"] in ("rows", "bands", "secure-ext") and msg.decode(reply)["step"] in (

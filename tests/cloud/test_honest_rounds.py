@@ -382,3 +382,25 @@ def test_the_ledger_binds_the_parameters_and_a_rotation_closes_the_answered_wind
     assert _bands(rounds, 4, 7, tokens[150:])["step"] == "result"       # fresh records are answered
     with pytest.raises(UsageError, match="restore the key"):
         RoundLedger(path).bind_key(KEY, _bound(epsilon="2"))
+
+
+@pytest.mark.postgres
+def test_the_shared_ledger_reconnects_after_losing_its_database(postgres_url):
+    """A PostgreSQL restart ends the ledger's connection: the step that met it is
+    StorageUnavailable (nothing recorded, nothing answered: the server replies an error and the
+    analyst asks again), and the next step runs on a new connection with the ledger intact."""
+    import psycopg
+    from dpsense.cloud.errors import StorageUnavailable
+    from tests.pgserver import create_database
+    url = create_database(postgres_url, "ledger_reconnect")
+    ledger = RoundLedger(url)
+    rounds, tokens = _server(ledger=ledger)
+    assert _bands(rounds, 1, 5, tokens)["step"] == "result"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                      " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    with pytest.raises(StorageUnavailable, match="round ledger .* unavailable"):
+        ledger.counts()
+    assert ledger.counts() == {"answered": 1, "retries": 0}
+    assert _bands(rounds, 2, 5, tokens, width=11.0)["code"] == "repeated"     # the answered window stays answered
+    ledger.close()
