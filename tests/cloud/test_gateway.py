@@ -384,3 +384,22 @@ def test_records_the_gateway_never_acknowledged_are_resent_at_the_next_boot_and_
     assert again[:10] == first                         # the stored bytes, not re-perturbed
     readings, corrections = _stored(pubs + pubs2)
     assert len(readings) == len(corrections) == 6
+
+
+def test_a_conflicting_record_under_the_same_key_is_never_acknowledged_to_the_board():
+    """The board relays record A and then B under A's (boot, seq) with another token: the
+    cloud stores A (first wins) and acknowledges the key; the gateway answers A's token, never
+    B's, and logs the conflict."""
+    gw, pubs, logs = _tracking()
+    other = bytes([9] * 8)
+    b_reading = wire.encode_reading(7, 1, 0, other, 3, [5, 5])
+    b_correction = wire.encode_correction(7, 1, 0, other, 9)
+    gw.feed(frame(READING) + frame(CORRECTION) + frame(b_reading) + frame(b_correction))
+    assert [p for _, p in pubs] == [READING, CORRECTION, b_reading, b_correction]    # the cloud dead-letters B
+    assert gw.stats.conflicts == 2 and sum("conflict: boot 1 seq 0" in line for line in logs) == 2
+    for mid in range(1, 5):
+        gw.acked(mid)
+    _commit(gw, READING)
+    _commit(gw, CORRECTION)
+    gw.feed(b"!\n")
+    assert gw.take_replies() == b"!" + TOKEN.hex().encode() + b"\n!\n"

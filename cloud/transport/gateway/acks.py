@@ -59,7 +59,7 @@ class Acknowledgements:
         self._ready: deque[bytes] = deque()         # tokens for the board's next polls
         self._queued: set[bytes] = set()            # the tokens in _ready
         self._replies: deque[bytes] = deque()       # lines to write to the board now
-        self._keys: dict[tuple[int, int], bytes] = {}   # (boot, seq) -> token, the newest MAX_KEYS
+        self._keys: dict[tuple[int, int], bytes] = {}   # (boot, seq) -> first token, the newest MAX_KEYS keys
         self._open: set[bytes] = set()              # records relayed, not yet acknowledged to the board
 
     def track_record(self, mid: object, token: bytes, kind: int) -> None:
@@ -72,12 +72,20 @@ class Acknowledgements:
         """Message ``mid`` carried a status message."""
         self._track(mid, None)
 
-    def track_key(self, boot_id: int, seq: int, token: bytes) -> None:
-        """A record's key, by which the cloud's acknowledgements name it."""
+    def track_key(self, boot_id: int, seq: int, token: bytes) -> bool:
+        """A record's key, by which the cloud's acknowledgements name it. The first token relayed
+        under a key keeps it: the cloud stores the first record of a (boot, seq) and its
+        acknowledgement names that one; a later record with another token under the same key is
+        a conflict the cloud dead-letters and is never acknowledged to the board. False for
+        such a conflict."""
         with self._lock:
+            have = self._keys.get((boot_id, seq))
+            if have is not None:
+                return have == token
             self._keys[(boot_id, seq)] = token
             if len(self._keys) > MAX_KEYS:
                 del self._keys[next(iter(self._keys))]
+            return True
 
     def committed(self, of: int, boot_id: int, ranges: list[tuple[int, int]]) -> None:
         """The cloud committed the ``of`` records (a wire kind) of ``boot_id`` in ``ranges``."""

@@ -45,6 +45,7 @@ class GatewayStats:
     malformed: int = 0
     status: int = 0
     events: int = 0
+    conflicts: int = 0      # records relayed under a (boot, seq) another token already had
 
     @property
     def acked(self) -> int:
@@ -143,7 +144,11 @@ class Gateway:
             self._malformed(str(e))
             return
         # Both records carry the reading's boot and seq, by which the cloud acknowledges them.
-        self.acks.track_key(fields[1], fields[2], fields[3])
+        if not self.acks.track_key(fields[1], fields[2], fields[3]):
+            self.stats.conflicts += 1
+            self.log("conflict: boot %d seq %d relayed again with another token (%s): the cloud keeps the "
+                     "first record of that key and dead-letters this one; it is never acknowledged to the board"
+                     % (fields[1], fields[2], bytes(fields[3]).hex()))
         if kind == wire.KIND_READING:
             self.stats.readings += 1
             mid = self.publish(topics.READINGS % self.device_user, payload)
