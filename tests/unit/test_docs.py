@@ -41,3 +41,19 @@ def test_sealed_vectors_match():
         "enc key": vectors.SEAL_ENC_KEY, "mac key": vectors.SEAL_MAC_KEY, "head": vectors.SEAL_HEADER,
         "plaintext": vectors.SEAL_PLAINTEXT, "counter block": vectors.SEAL_COUNTER_BLOCK,
         "ciphertext": vectors.SEAL_CIPHERTEXT, "hmac": vectors.SEAL_HMAC, "record": vectors.SEALED_V2}
+
+
+def test_the_key_store_example_loads_with_the_correction_servers_key_store(tmp_path):
+    import json
+    from dpsense.cloud.correction.sealed import KeyStore
+    section = DOC[DOC.index("### 7.6"):DOC.index("## 8.")]
+    (example,) = re.findall(r"```\n(.*?)```", section, re.S)
+    ks = KeyStore.for_data_dir(tmp_path)
+    ks.folder.mkdir(mode=0o700)
+    ks.path.write_text(example)
+    ks.path.chmod(0o600)
+    keys = ks.keys_of(7)
+    assert keys is not None and keys.enc == bytes(range(16)) and keys.mac == bytes(range(0x20, 0x40))
+    assert ks.is_plaintext(12) and ks.keys_of(12) is None
+    assert json.loads(example)["keys"]["7"]["enc"] == bytes(range(16)).hex()
+    assert keys.to_bytes() == keys.enc + keys.mac and len(keys.to_bytes()) == 48
