@@ -236,7 +236,7 @@ def reason_class(reason: str) -> str:
 def dead_letter_reasons(store: AnalystStore) -> dict[str, int]:
     """Dead-lettered messages per ``reason_class``."""
     out: dict[str, int] = {}
-    for reason, n in store.dead_letter_reasons().items():
+    for reason, n in store.dead_letters_by_reason().items():
         c = reason_class(reason)
         out[c] = out.get(c, 0) + n
     return out

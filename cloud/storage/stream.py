@@ -493,7 +493,7 @@ class StreamTables(TokenListing):
             self._event(cur, at, kind, group, window, text)
             self._bump(cur, {"readings_carried": carried})
 
-    def dead_letter_reasons(self) -> dict[str, int]:
+    def dead_letters_by_reason(self) -> dict[str, int]:
         """Dead-lettered messages (repeats included) per distinct reason text."""
         rows = self._rows("count dead letters by reason",
                           "SELECT reason, coalesce(sum(repeats), 0) FROM dead_letters GROUP BY reason")
