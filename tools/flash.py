@@ -390,7 +390,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="micro:bit boards: stop after this many synthetic rows")
     a.add_argument("--no-run", action="store_true",
                    help="micro:bit boards: do not start the node afterwards")
+
+    r = sub.add_parser("retire", formatter_class=fmt, help="remove a device's account and keys",
+                       description="Retire a device: delete its broker account d<N> (a running "
+                       "broker re-reads its accounts) and its correction-record keys from the "
+                       "correction server's key store. Stored readings and results stay.",
+                       epilog="example:\n  %s retire --device-id 7 --data-dir /var/lib/dpsense "
+                       "--correction-data-dir /var/lib/dpsense-cs" % _prog())
+    r.add_argument("--device-id", type=int, required=True, metavar="N")
+    r.add_argument("--data-dir", default=os.environ.get("DPSENSE_DATA_DIR", "dpsense-data"),
+                   help="the analyst's data directory, where the broker keeps its accounts")
+    r.add_argument("--correction-data-dir", metavar="DIR",
+                   default=os.environ.get("DPSENSE_CORRECTION_DIR") or None,
+                   help="the correction server's data directory (default: --data-dir)")
     return p
+
+
+def cmd_retire(args: argparse.Namespace) -> int:
+    from dpsense.cloud.broker import Broker
+    from dpsense.cloud.correction.sealed import KeyStore
+    account = Broker(args.data_dir).remove_device(args.device_id)
+    keys = KeyStore.for_data_dir(args.correction_data_dir or args.data_dir)
+    had_keys = keys.remove_device(args.device_id) if keys.path.exists() else False
+    if not (account or had_keys):
+        raise SystemExit("flash: device %d has no broker account in %s and no keys in %s"
+                         % (args.device_id, Path(args.data_dir) / "broker", keys.path))
+    print("device %d retired: broker account d%d %s; correction-record keys %s (%s)"
+          % (args.device_id, args.device_id, "removed" if account else "was not there",
+             "removed" if had_keys else "were not there", keys.path))
+    return 0
 
 
 def cmd_qemu(args: argparse.Namespace) -> int:
@@ -750,7 +778,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"qemu": cmd_qemu, "ptyboard": cmd_ptyboard, "deploy": cmd_deploy,
                "exec": cmd_exec, "package-json": cmd_package_json, "firmware": cmd_firmware, "provision": cmd_provision,
-               "verify": cmd_verify, "all": cmd_all}[args.command]
+               "verify": cmd_verify, "all": cmd_all, "retire": cmd_retire}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:
