@@ -200,12 +200,26 @@ def _settled(a: Path, analyst_db: str, correction_db: str, n: int, page: Page) -
 
 
 def _check_watch(outputs: dict[str, str], analyst_db: str, correction_db: str, n: int) -> None:
+    """`dpsense status`, `results windows`, `results devices` and /metrics (step 6's output)
+    say what the stores hold."""
+    from dpsense.cloud import results
     out = next(v for k, v in outputs.items() if k.startswith("6."))
     with open_analyst_store(analyst_db) as s:
-        readings = s.count()
-    assert "correction  %d records, 0 dead letters" % n in out, out
-    assert re.search(r"\b%d\b" % readings, out), out
-    devices = out[out.find("device"):]
+        readings, done = s.count(), len(s.windows(states=("done",)))
+        devices = {d.device_id: d for d in results.devices(s)}
+    with open_correction_store(correction_db) as c:
+        corrections = c.count()
+    assert readings == corrections == n
+    assert re.search(r"^analyst +%d readings, 0 dead letters" % readings, out, re.M), out
+    assert re.search(r"^windows +%d done, 0 closed .*, 0 held .*, 0 carried" % done, out, re.M), out
+    assert re.search(r"^correction +%d records, 0 dead letters" % corrections, out, re.M), out
+    assert "correction records sealed end to end for 2 devices" in out, out
+    assert re.search(r"^dpsense_readings_stored_total %d(\.0)?$" % readings, out, re.M), out
+    # Per device: the epsilon the board reported (its boot status) and what it released.
     assert "unknown" not in out, out
-    assert re.search(r"^\s*1\s", devices, re.M) and re.search(r"^\s*2\s", devices, re.M), out
-    assert "dpsense_readings" in out, out
+    assert set(devices) == {1, 2}
+    for d, row in devices.items():
+        assert row.eps_record is not None and row.cap is not None and row.eps_total is not None, row
+        assert re.search(r'^dpsense_device_epsilon_spent\{device="d%d"[^}]*\} %s(\.0)?$'
+                         % (d, row.eps_total), out, re.M), out
+        assert re.search(r"^%d +default +%d " % (d, row.readings), out, re.M), out
