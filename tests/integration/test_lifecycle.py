@@ -142,7 +142,7 @@ def test_the_deploying_page_walked_as_written(tmp_path: Path) -> None:
     # raw units, which for the unix port are quanta of the profile (0.01).
     ref = _rows(1001, 6000)
     np.savetxt(work / "reference.csv", ref, delimiter=",", header="a,b", comments="", fmt="%.2f")
-    for d in (1, 2):
+    for d in (1, 2, 3):
         raw = np.rint(_rows(2000 + d, N) / 0.01).astype(int)
         (work / ("d%d.rows" % d)).write_text("".join("%d,%d\n" % tuple(r) for r in raw))
 
@@ -153,9 +153,9 @@ def test_the_deploying_page_walked_as_written(tmp_path: Path) -> None:
         for section, block in steps(text):
             if section.startswith("6."):
                 # Watch once both boots were acknowledged end to end and every window has a verdict.
-                _settled(a, analyst_db, correction_db, 2 * N, page)
+                _settled(a, analyst_db, correction_db, 3 * N, page)
             if section.startswith("7."):
-                _check_watch(page.outputs, analyst_db, correction_db, 2 * N)
+                _check_watch(page.outputs, analyst_db, correction_db, 3 * N)
             out = page.run(section, block)
             if section.startswith("2."):
                 import json
@@ -167,11 +167,11 @@ def test_the_deploying_page_walked_as_written(tmp_path: Path) -> None:
                 assert re.search(r"^600 \S+ .*keys\.json$", out, re.M), out
         # Step 7 restarted device 1 with new keys: its second boot is stored and opened too.
         assert "8." in " ".join(page.outputs), "the page has no step 8"
-        _settled(a, analyst_db, correction_db, 3 * N, page)
+        _settled(a, analyst_db, correction_db, 4 * N, page)
         from dpsense.cloud import results
         with open_analyst_store(analyst_db) as s:
             boots = {d.device_id: d.boots for d in results.devices(s)}
-        assert boots == {1: 2, 2: 1}, boots
+        assert boots == {1: 2, 2: 1, 3: 1}, boots
         accounts = (a / "broker" / "accounts.json").read_text()
         assert '"d1"' in accounts and '"d2"' not in accounts
         keys = (cs / "correction-keys" / "keys.json").read_text()
@@ -213,11 +213,11 @@ def _check_watch(outputs: dict[str, str], analyst_db: str, correction_db: str, n
     assert re.search(r"^analyst +%d readings, 0 dead letters" % readings, out, re.M), out
     assert re.search(r"^windows +%d done, 0 closed .*, 0 held .*, 0 carried" % done, out, re.M), out
     assert re.search(r"^correction +%d records, 0 dead letters" % corrections, out, re.M), out
-    assert "correction records sealed end to end for 2 devices" in out, out
+    assert "correction records sealed end to end for 3 devices" in out, out
     assert re.search(r"^dpsense_readings_stored_total %d(\.0)?$" % readings, out, re.M), out
     # Per device: the epsilon the board reported (its boot status) and what it released.
     assert "unknown" not in out, out
-    assert set(devices) == {1, 2}
+    assert set(devices) == {1, 2, 3}
     for d, row in devices.items():
         assert row.eps_record is not None and row.cap is not None and row.eps_total is not None, row
         assert re.search(r'^dpsense_device_epsilon_spent\{device="d%d"[^}]*\} %s(\.0)?$'
