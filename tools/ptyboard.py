@@ -577,9 +577,9 @@ def serve(folder: str | Path, micropython: str | None = None) -> int:
     signal.signal(signal.SIGUSR1, lambda *_: presses.append(1))
     Path(folder).mkdir(parents=True, exist_ok=True)
     with PtyBoard(folder, micropython) as board:
-        print("stand-in board (MicroPython unix port) on %s, files in %s (pid %d; kill -USR1 "
-              "resets it)" % (board.pty, folder, os.getpid()))
+        print("stand-in board (MicroPython unix port) on %s, files in %s" % (board.pty, folder))
         print("  python tools/flash.py deploy --board pico --port %s --check" % board.pty)
+        print("  kill -USR1 %d presses its reset button" % os.getpid())
         sys.stdout.flush()
         while board.running():
             if presses:
