@@ -160,3 +160,11 @@ def test_too_few_readings_for_w_o_are_refused_before_anything_is_spent(tmp_path,
     with pytest.raises(ValueError, match="2432 readings are too few"):
         dp_calibrate(paper1_synthetic(2432, 220.0, "scale", seed=3).x, bounds=(-600, 600), epsilon=1,
                      device_epsilon="0.5", quantum=0.01, grid=2001, rng=random.Random(1))
+
+
+@pytest.mark.parametrize("text", ['{"quantum": 0.01}', "not json", '{"config": {"epsilon": "1"}}', "[1]"])
+def test_a_profile_that_is_not_one_is_refused_naming_the_file(tmp_path, text):
+    from dpsense.cloud.errors import UsageError
+    (tmp_path / "profile.json").write_text(text)
+    with pytest.raises(UsageError, match="profile %s: not a device profile" % (tmp_path / "profile.json")):
+        load_profile(tmp_path)
