@@ -75,6 +75,7 @@ class Page:
     def __init__(self, work: Path, env: dict[str, str]) -> None:
         self.work, self.env = work, env
         self.groups: list[int] = []
+        self.started: list[subprocess.Popen[bytes]] = []
         self.outputs: dict[str, str] = {}
 
     def run(self, section: str, block: str) -> str:
@@ -93,6 +94,19 @@ class Page:
         self.outputs[section] = self.outputs.get(section, "") + out
         return out
 
+    def start(self, argv: list[str], cwd: Path, log: Path) -> None:
+        """A process of the test's own (not the page's), ended with the page's."""
+        with open(log, "wb") as out:
+            p = subprocess.Popen(argv, cwd=cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        self.started.append(p)
+        self.groups.append(p.pid)
+
+    def _reaped(self, g: int) -> bool:
+        """True when ``g`` leads one of ``started`` that has ended (reaped here, or its zombie
+        would keep the group alive)."""
+        return any(p.pid == g and p.poll() is not None for p in self.started)
+
     def logs(self) -> str:
         return "".join("\n--- %s\n%s" % (f.name, f.read_text(errors="replace")[-1500:])
                        for f in sorted(self.work.glob("*.log")))
@@ -100,8 +114,10 @@ class Page:
     def close(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGKILL):
             alive = [g for g in self.groups if _signal_group(g, sig)]
-            if not alive or _wait(lambda: not any(_group_alive(g) for g in alive), 15):
-                return
+            if not alive or _wait(lambda: not any(_group_alive(g) for g in alive if not self._reaped(g)), 15):
+                break
+        for p in self.started:
+            p.wait(15)
 
 
 def _signal_group(g: int, sig: int) -> bool:
@@ -185,6 +201,10 @@ def test_the_deploying_page_walked_as_written(tmp_path: Path) -> None:
         assert '"d1"' in accounts and '"d2"' not in accounts
         keys = (cs / "correction-keys" / "keys.json").read_text()
         assert '"1"' in keys and '"2"' not in keys
+        # The retired board, switched on again with its old config, is turned away by the broker.
+        log = tmp_path / "retired-d2.log"
+        page.start(["micropython", "main.py", "config.json"], Path(env["BOARDS"]) / "d2", log)
+        assert _wait(lambda: "broker refused the connection" in log.read_text(), 30), log.read_text()
     finally:
         page.close()
     assert time.monotonic() - t0 < 240
