@@ -112,3 +112,20 @@ def test_provision_from_a_calibrated_profile_on_the_unix_port(tmp_path: Path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is for 2 column(s)" in err[0]
     assert flash.main(argv[:-2] + ["--raw-scale", "0.01"]) == 1
+
+
+def test_the_readmes_board_files_provision_from_a_profile(tmp_path: Path) -> None:
+    """README.md's esp32.json and pico.json, with a two-column profile, pass each board's rules."""
+    import re
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = {name: re.search(r"`%s`[^`]*?:\n\n```json\n(.*?)```" % re.escape(name), readme, re.S)
+              for name in ("esp32.json", "pico.json")}
+    assert all(blocks.values()), "README.md shows no esp32.json or pico.json"
+    for name, m in blocks.items():
+        assert m is not None
+        (tmp_path / name).write_text(m.group(1))
+        base = load_board_base(_profile(tmp_path), str(tmp_path / name))
+        board = name.split(".")[0]
+        cfg = pv.build_config(board, base, 7, "pw" if board == "esp32" else None, "broker.lan", 8883,
+                              tls_ca=board == "esp32")
+        assert cfg["epsilon"] == "0.5" and [c["delta_q"] for c in cfg["columns"]] == [7524, 7600]
