@@ -47,6 +47,7 @@ from dpsense.tools.deploy import (
     mip_package_text,
     open_board,
 )
+from dpsense.tools.boardprofile import DEFAULT_PERIOD_MS, DEFAULT_WINDOW_RECORDS
 from dpsense.tools.qemu import QemuMicrobit
 from dpsense.tools.rawrepl import RawRepl, ReplError
 
@@ -284,12 +285,25 @@ def build_parser() -> argparse.ArgumentParser:
     def provisioning(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--device-id", type=int, required=True, metavar="N",
                         help="the board's device id; its broker account d<N> is created or reset")
-        src = sp.add_mutually_exclusive_group()
-        src.add_argument("--config-json", metavar="FILE",
-                         help="config keys (firmware/README.md); device_id and broker keys are "
-                         "filled in. Default: the two-column example of firmware/README.md")
-        src.add_argument("--from-profile", metavar="PROFILE_JSON",
-                         help="a profile file: config keys, or {\"config\": {...}}")
+        sp.add_argument("--config-json", metavar="FILE",
+                        help="config keys (firmware/README.md); device_id and broker keys are "
+                        "filled in. With --from-profile: the board's own keys (stimulus, window, "
+                        "columns' raw maps). Default: the two-column example of firmware/README.md")
+        sp.add_argument("--from-profile", metavar="PROFILE_JSON",
+                        help="a device profile (dpsense curator calibrate, <data dir>/profile.json): "
+                        "its epsilon, centre, delta_q and config_id go to the board "
+                        "(tools/boardprofile.py); or config keys, or {\"config\": {...}}")
+        sp.add_argument("--raw-scale", metavar="S[,S...]", type=lambda t: t.split(","),
+                        help="with --from-profile: the profile's units per raw count of the board, "
+                        "one per column (default: the board reads quanta)")
+        sp.add_argument("--window-records", type=int, metavar="N",
+                        help="with --from-profile: readings per privacy window (default %d)"
+                        % DEFAULT_WINDOW_RECORDS)
+        sp.add_argument("--window-cap", metavar="EPSILON",
+                        help="with --from-profile: epsilon per window (default: every reading "
+                        "of the window, records x columns x epsilon)")
+        sp.add_argument("--period-ms", type=int, metavar="MS",
+                        help="with --from-profile: ms between readings (default %d)" % DEFAULT_PERIOD_MS)
         sp.add_argument("--data-dir", default=os.environ.get("DPSENSE_DATA_DIR", "dpsense-data"),
                         help="the cloud's data directory, where the broker keeps its accounts "
                         "(default: $DPSENSE_DATA_DIR or dpsense-data)")
@@ -376,7 +390,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="micro:bit boards: stop after this many synthetic rows")
     a.add_argument("--no-run", action="store_true",
                    help="micro:bit boards: do not start the node afterwards")
+
+    r = sub.add_parser("retire", formatter_class=fmt, help="remove a device's account and keys",
+                       description="Retire a device: delete its broker account d<N> (a running "
+                       "broker re-reads its accounts) and its correction-record keys from the "
+                       "correction server's key store. Stored readings and results stay.",
+                       epilog="example:\n  %s retire --device-id 7 --data-dir /var/lib/dpsense "
+                       "--correction-data-dir /var/lib/dpsense-cs" % _prog())
+    r.add_argument("--device-id", type=int, required=True, metavar="N")
+    r.add_argument("--data-dir", default=os.environ.get("DPSENSE_DATA_DIR", "dpsense-data"),
+                   help="the analyst's data directory, where the broker keeps its accounts")
+    r.add_argument("--correction-data-dir", metavar="DIR",
+                   default=os.environ.get("DPSENSE_CORRECTION_DIR") or None,
+                   help="the correction server's data directory (default: --data-dir)")
     return p
+
+
+def cmd_retire(args: argparse.Namespace) -> int:
+    from dpsense.cloud.deploy.broker import Broker
+    from dpsense.cloud.correction.sealed import KeyStore
+    account = Broker(args.data_dir).remove_device(args.device_id)
+    keys = KeyStore.for_data_dir(args.correction_data_dir or args.data_dir)
+    had_keys = keys.remove_device(args.device_id) if keys.path.exists() else False
+    if not (account or had_keys):
+        raise SystemExit("flash: device %d has no broker account in %s and no keys in %s"
+                         % (args.device_id, Path(args.data_dir) / "broker", keys.path))
+    print("device %d retired: broker account d%d %s; correction-record keys %s (%s)"
+          % (args.device_id, args.device_id, "removed" if account else "was not there",
+             "removed" if had_keys else "were not there", keys.path))
+    return 0
 
 
 def cmd_qemu(args: argparse.Namespace) -> int:
@@ -483,7 +525,7 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
     micro:bit itself); its name, bytes and keys."""
     from dpsense.protocol.topics import DEVICE_USER
     from dpsense.tools import provision as pv
-    base = pv.load_base(args.config_json, args.from_profile)
+    base = _base(args)
     der = _ca_der(args)
     owner = _owner(args.owner)
     mqtt = der is not None and pv.board_profile(args.board)["transport"] == "mqtt"
@@ -542,6 +584,21 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
         log("  config.txt checked by the board itself (mbcfg, written for the check and "
             "removed after it): ok; mbnode.run's arguments in mbargs.txt")
     return name, data, cfg
+
+
+def _base(args: argparse.Namespace) -> dict:
+    """The config to provision: --from-profile (with --config-json for the board's keys),
+    --config-json, or the example."""
+    from dpsense.tools import provision as pv
+    if args.from_profile:
+        from dpsense.tools.boardprofile import load_board_base
+        return load_board_base(args.from_profile, args.config_json, args.raw_scale,
+                               args.window_records, args.window_cap, args.period_ms)
+    if any(v is not None for v in (args.raw_scale, args.window_records, args.window_cap,
+                                   args.period_ms)):
+        raise pv.ProvisionError("--raw-scale, --window-records, --window-cap and --period-ms "
+                                "go with --from-profile")
+    return pv.load_base(args.config_json, None)
 
 
 def _owner(user: str | None) -> tuple[int, int] | None:
@@ -640,7 +697,7 @@ def cmd_all(args: argparse.Namespace) -> int:
     _need_port(board, args.port, "all")
     t0 = time.monotonic()
     # Fail on a bad config before anything is flashed or written.
-    base = pv.load_base(args.config_json, args.from_profile)
+    base = _base(args)
     pv.build_config(args.board, base, args.device_id, "unset", args.broker_host, _broker_port(args),
                     args.broker_ca is not None and pv.board_profile(args.board)["transport"] == "mqtt")
     print("== firmware")
@@ -721,7 +778,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"qemu": cmd_qemu, "ptyboard": cmd_ptyboard, "deploy": cmd_deploy,
                "exec": cmd_exec, "package-json": cmd_package_json, "firmware": cmd_firmware, "provision": cmd_provision,
-               "verify": cmd_verify, "all": cmd_all}[args.command]
+               "verify": cmd_verify, "all": cmd_all, "retire": cmd_retire}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:

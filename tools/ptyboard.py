@@ -569,16 +569,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def serve(folder: str | Path, micropython: str | None = None) -> int:
-    """Run a stand-in board until Ctrl-C or SIGTERM, reporting its pty on stdout."""
+    """Run a stand-in board until Ctrl-C or SIGTERM, reporting its pty on stdout; SIGUSR1
+    presses its reset button (``main.py`` runs again, as a board's RESET or a re-plug does)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGHUP, lambda *_: sys.exit(129))
+    presses: list[int] = []
+    signal.signal(signal.SIGUSR1, lambda *_: presses.append(1))
     Path(folder).mkdir(parents=True, exist_ok=True)
     with PtyBoard(folder, micropython) as board:
         print("stand-in board (MicroPython unix port) on %s, files in %s" % (board.pty, folder))
         print("  python tools/flash.py deploy --board pico --port %s --check" % board.pty)
+        print("  kill -USR1 %d presses its reset button" % os.getpid())
         sys.stdout.flush()
         while board.running():
-            time.sleep(0.5)
+            if presses:
+                presses.clear()
+                board.reset()
+                print("stand-in board: reset")
+                sys.stdout.flush()
+            time.sleep(0.2)
         print("ptyboard: %s" % (board.error or "the relay stopped"), file=sys.stderr)
         return 1
 

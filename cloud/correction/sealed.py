@@ -202,6 +202,15 @@ class KeyStore:
         self._write()
         return k
 
+    def remove_device(self, device_id: int) -> bool:
+        """Forget ``device_id``'s keys and plaintext switch (a retired device); False if it had neither."""
+        self._refresh()
+        had = self._keys.pop(device_id, None) is not None or device_id in self._plaintext
+        self._plaintext.discard(device_id)
+        if had:
+            self._write()
+        return had
+
     def set_plaintext(self, device_id: int) -> None:
         """Accept plain (kind 2) correction records from ``device_id``, which then has no keys:
         for a board without AES (the micro:bit). Reported by `dpsense status`."""

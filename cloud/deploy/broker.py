@@ -302,6 +302,24 @@ class Broker:
         self._set_passwords(users, {u: "device" for u in users})
         return users
 
+    def remove_device(self, device_id: int) -> bool:
+        """Delete account d<ID> (a running broker re-reads its accounts: the device can no longer
+        log in); False when there was none."""
+        name = topics.device_username(device_id)
+        accounts = self._accounts()
+        passwd = self.dir / "passwd"
+        lines = passwd.read_text().splitlines() if passwd.exists() else []
+        kept = [line for line in lines if line and line.split(":", 1)[0] != name]
+        if name not in accounts and len(kept) == len([line for line in lines if line]):
+            return False
+        accounts.pop(name, None)
+        write_private(passwd, "".join(line + "\n" for line in kept))
+        write_private(self.dir / "accounts.json", json.dumps(accounts, indent=1, sort_keys=True))
+        self._prepare()
+        self._give_to_folder_owner()
+        self.reload()
+        return True
+
     def _set_passwords(self, passwords: dict[str, str], roles: dict[str, str]) -> None:
         """Hash ``passwords`` with ``mosquitto_passwd -U`` from a 0600 file that lives only for
         the call (a password on its command line would show in ``ps``)."""

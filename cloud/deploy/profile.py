@@ -62,11 +62,17 @@ def save_profile(data_dir: Path | str, profile: DeviceProfile) -> Path:
 
 
 def load_profile(data_dir: Path | str) -> DeviceProfile | None:
-    """The profile in ``<data_dir>/profile.json``, or None when there is none."""
+    """The profile in ``<data_dir>/profile.json``, or None when there is none; one that is not a
+    device profile (damaged, other keys) is a UsageError naming the file: no service runs on it."""
+    from dpsense.cloud.errors import UsageError
     p = Path(data_dir) / PROFILE_FILE
     if not p.exists():
         return None
-    d = json.loads(p.read_text())
-    d["delta_q"] = tuple(d["delta_q"])
-    d["centre_q"] = tuple(d["centre_q"])
-    return DeviceProfile(**d)
+    try:
+        d = json.loads(p.read_text())
+        d["delta_q"] = tuple(d["delta_q"])
+        d["centre_q"] = tuple(d["centre_q"])
+        return DeviceProfile(**d)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError("profile %s: not a device profile (%s): write it with `dpsense curator "
+                         "calibrate`" % (p, e)) from None

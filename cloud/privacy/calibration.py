@@ -318,6 +318,15 @@ def dp_calibrate(data: Data, *, bounds: tuple[float, float], epsilon: object, de
         # ranks kept inside the layer: the margin asked for, and at least the rank error
         # scale of the exponential mechanism, 2 ln(grid)/epsilon (public: n is public)
         m = max(layer_margin * share, 2 * math.log(g) / float(each) / n)
+        if 2 * m >= share:
+            # The two quantiles would cross (top below bottom) and w_O come out 0: a width the
+            # correction server cannot use, so refuse before anything is spent.
+            need = math.floor(4 * math.log(g) / float(each) / share) + 1
+            raise ValueError(
+                "w_O: %d readings are too few for its share of epsilon (%s per radius quantile): the "
+                "quantiles' rank error 2 ln(grid)/epsilon leaves no room inside the outer %g %% of the "
+                "radii; give at least %d readings, a larger --epsilon or --outlier-percent, or a "
+                "smaller --grid" % (n, float(each), outlier_percent, need))
         top = _quantile(radii, 1 - m, 0.0, rmax, g, each, rng)
         bottom = _quantile(radii, 1 - share + m, 0.0, rmax, g, each, rng)
         w_o = max(0.0, top - bottom)

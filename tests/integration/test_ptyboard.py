@@ -253,6 +253,12 @@ def test_cli_prints_the_pty_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert m and m.group(2) == str(folder), line
         with RawRepl.open(m.group(1)) as repl:
             assert repl.exec("print('up')") == "up\r\n"
+        assert "deploy --board pico" in proc.stdout.readline()
+        assert proc.stdout.readline().strip() == "kill -USR1 %d presses its reset button" % proc.pid
+        proc.send_signal(signal.SIGUSR1)          # RESET: main.py (here none) and the REPL again
+        assert proc.stdout.readline().strip() == "stand-in board: reset"
+        with RawRepl.open(m.group(1)) as repl:
+            assert repl.exec("print('again')") == "again\r\n"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 143
     finally:

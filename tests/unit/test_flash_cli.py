@@ -299,3 +299,28 @@ def test_provision_gives_the_board_and_the_correction_server_the_same_new_keys(t
     assert run(capsys, *args, "--correction-data-dir", str(cs))[0] == 0
     assert KeyStore.for_data_dir(cs).keys_of(7).to_bytes() == (board / "seal.key").read_bytes()  # type: ignore[union-attr]
     assert keys.is_plaintext(7) and keys.keys_of(7, fresh=True) is None
+
+
+@needs_tools
+def test_retire_removes_the_account_and_the_keys_and_refuses_an_unknown_device(tmp_path, capsys) -> None:
+    from dpsense.cloud.deploy.broker import Broker
+    from dpsense.cloud.correction.sealed import KeyStore
+    conf = tmp_path / "unix.json"
+    conf.write_text(json.dumps(dict(pv.DEMO_CONFIG, stimulus="readings.txt")))
+    data, cs = tmp_path / "a", tmp_path / "cs"
+    for d in (7, 8):
+        assert run(capsys, "provision", "--board", "unix", "--port", str(tmp_path / ("b%d" % d)),
+                   "--device-id", str(d), "--config-json", str(conf), "--data-dir", str(data),
+                   "--correction-data-dir", str(cs))[0] == 0
+    rc, out, err = run(capsys, "retire", "--device-id", "7", "--data-dir", str(data),
+                       "--correction-data-dir", str(cs))
+    assert rc == 0, err
+    assert "broker account d7 removed; correction-record keys removed" in out
+    assert set(Broker(data).accounts()) == {"d8"}
+    assert not any(line.startswith("d7:") for line in (data / "broker" / "passwd").read_text().splitlines())
+    assert "d8:" in (data / "broker" / "passwd").read_text()
+    keys = KeyStore.for_data_dir(cs)
+    assert keys.devices() == ([8], []) and keys.path.stat().st_mode & 0o077 == 0
+    rc, out, err = run(capsys, "retire", "--device-id", "7", "--data-dir", str(data),
+                       "--correction-data-dir", str(cs))
+    assert rc == 1 and len(err.strip().splitlines()) == 1 and "device 7 has no broker account" in err

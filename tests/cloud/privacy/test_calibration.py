@@ -118,7 +118,7 @@ def test_close_to_the_non_private_calibration(reference, tmp_path):
 
 
 def test_cli_calibrate(tmp_path, capsys):
-    x = paper1_synthetic(2000, 220.0, "scale", seed=3)
+    x = paper1_synthetic(3000, 220.0, "scale", seed=3)
     csv = tmp_path / "ref.csv"
     np.savetxt(csv, np.column_stack([x.x, x.outlier]), delimiter=",", header="a,b,outlier", comments="")
     db, out = str(tmp_path / "b.db"), tmp_path / "data" / "profile.json"
@@ -128,7 +128,44 @@ def test_cli_calibrate(tmp_path, capsys):
     assert cli.main(["curator", "budget", "set", "--dataset", "cal", "--epsilon", "1.5", "--db", db]) == 0
     assert cli.main(argv) == 0
     prof = load_profile(out.parent)
-    assert prof is not None and len(prof.delta_q) == 2 and prof.epsilon == "0.5"
+    assert prof is not None and len(prof.delta_q) == 2 and prof.epsilon == "0.5" and prof.w_o_q > 0
     assert cli.main(argv) == 1                               # 1 + 1 > 1.5: refused
     assert cli.main(argv[:-4] + ["--bounds=1,2,3", "--out", str(out)]) == 2
     capsys.readouterr()
+
+
+def test_too_few_readings_for_w_o_are_refused_before_anything_is_spent(tmp_path, capsys):
+    """2,000 readings at curator epsilon 1 and grid 2001 used to give ``"w_o_q": 0.0``: each radius
+    quantile's rank error, 2 ln(2001) / (1/8) ~ 6 % of n, is more than half the outer 10 %, so the
+    upper quantile fell below the lower one and w_O was clamped to 0, a width the correction server
+    cannot use. Now refused with one line, nothing charged (n is public: the refusal leaks nothing);
+    the smallest n the message names is accepted."""
+    x = paper1_synthetic(2000, 220.0, "scale", seed=3)
+    csv = tmp_path / "ref.csv"
+    np.savetxt(csv, x.x, delimiter=",", header="a,b", comments="")
+    db, out = str(tmp_path / "b.db"), tmp_path / "profile.json"
+    assert cli.main(["curator", "budget", "set", "--dataset", "cal", "--epsilon", "5", "--db", db]) == 0
+    argv = ["curator", "calibrate", "--csv", str(csv), "--epsilon", "1", "--bounds=-600,600", "--dataset", "cal",
+            "--db", db, "--out", str(out), "--seed", "1", "--grid", "2001"]
+    capsys.readouterr()
+    assert cli.main(argv) == 2 and not out.exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "w_O: 2000 readings are too few" in err[0] and "at least 2433 readings" in err[0]
+    assert BudgetAccountant(db).spent("cal").epsilon == 0
+    acct = BudgetAccountant(tmp_path / "c.db")
+    acct.set_budget("cal", 1)
+    prof = dp_calibrate(paper1_synthetic(2433, 220.0, "scale", seed=3).x, bounds=(-600, 600), epsilon=1,
+                        device_epsilon="0.5", quantum=0.01, grid=2001, rng=random.Random(1),
+                        accountant=acct, dataset="cal")
+    assert prof.w_o_q > 0
+    with pytest.raises(ValueError, match="2432 readings are too few"):
+        dp_calibrate(paper1_synthetic(2432, 220.0, "scale", seed=3).x, bounds=(-600, 600), epsilon=1,
+                     device_epsilon="0.5", quantum=0.01, grid=2001, rng=random.Random(1))
+
+
+@pytest.mark.parametrize("text", ['{"quantum": 0.01}', "not json", '{"config": {"epsilon": "1"}}', "[1]"])
+def test_a_profile_that_is_not_one_is_refused_naming_the_file(tmp_path, text):
+    from dpsense.cloud.errors import UsageError
+    (tmp_path / "profile.json").write_text(text)
+    with pytest.raises(UsageError, match="profile %s: not a device profile" % (tmp_path / "profile.json")):
+        load_profile(tmp_path)
