@@ -223,8 +223,27 @@ class CloudSide:
             return [d for d in self.status if d.get("event") == event]
 
     def wait_readings(self, n: int, timeout: float) -> None:
-        self.wait(lambda: self.reading_count() >= n, timeout,
-                  lambda: "%d readings in %s (have %d)" % (n, self.analyst_db, self.reading_count()),
+        """Until ``n`` readings are stored. ``timeout`` bounds a stall, not the whole wait: while
+        readings keep arriving the deadline moves (a busy machine, several rigs side by side,
+        slows a serial board's stream without stopping it), up to four times ``timeout`` in all."""
+        start = last_move = time.monotonic()
+        seen = -1
+
+        def done() -> bool:
+            nonlocal seen, last_move
+            have = self.reading_count()
+            if have != seen:
+                seen, last_move = have, time.monotonic()
+            if have >= n:
+                return True
+            now = time.monotonic()
+            if now - last_move > timeout or now - start > 4 * timeout:
+                raise TimeoutError("timed out waiting for %d readings in %s (have %d; %s) (log: %s)"
+                                   % (n, self.analyst_db, have, "none new for %.0f s" % (now - last_move)
+                                      if now - last_move > timeout else "%.0f s in all" % (now - start),
+                                      self.dir / "ingest-analyst.log"))
+            return False
+        self.wait(done, 5 * timeout, lambda: "%d readings in %s" % (n, self.analyst_db),
                   self.dir / "ingest-analyst.log")
 
     @staticmethod
