@@ -56,8 +56,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from dpsense.cloud.transport import topics
 from dpsense.cloud.ops.alerts import Alerts
-from dpsense.cloud.privacy.aggregate import NoiseLaw
-from dpsense.cloud.privacy.aggregate import mean as window_mean
+from dpsense.cloud.privacy.stream_aggregates import column_means
 from dpsense.cloud.correction import chunks
 from dpsense.cloud.correction import messages as msg
 from dpsense.cloud.correction.honest import UNCORRECTED
@@ -517,12 +516,8 @@ class Analyst:
         prof = self._profile() if self._profile is not None else None
         if prof is None or values.ndim != 2 or values.shape[1] != len(prof.delta_q) or not len(values):
             return None
-        out = []
-        for j, d in enumerate(prof.delta_q):
-            e = window_mean(values[:, j].astype(np.int64), NoiseLaw.for_column(d, prof.epsilon))
-            out.append({"column": j, "estimate": e.value * prof.quantum, "lo": e.lo * prof.quantum,
-                        "hi": e.hi * prof.quantum, "level": 0.95})
-        return out
+        return [{"column": j, "estimate": r.value, "lo": r.lo, "hi": r.hi, "level": 0.95}
+                for j, r in enumerate(column_means(values, prof))]
 
     # -- the loop -----------------------------------------------------------------------------------
     def run(self, stop: threading.Event, flush_when_idle: float | None = None,

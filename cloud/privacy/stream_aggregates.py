@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from dpsense.cloud.deploy.profile import DeviceProfile
     from dpsense.cloud.storage import AnalystStore
 
-__all__ = ["NO_BUDGET", "STATS", "Row", "Stat", "WindowAggregate", "aggregate", "default_edges", "parse_stat"]
+__all__ = ["NO_BUDGET", "STATS", "Row", "Stat", "WindowAggregate", "aggregate", "column_means", "default_edges",
+           "parse_stat"]
 
 STATS = ("mean", "sum", "count-above", "count-below", "histogram", "quantile")
 
@@ -125,6 +126,17 @@ def _quanta_above(t: float, quantum: float) -> int:
 def _quanta_below(t: float, quantum: float) -> int:
     """Largest q with q * quantum < t."""
     return math.ceil(_decimal(t) / _decimal(quantum)) - 1
+
+
+def column_means(values: np.ndarray, profile: DeviceProfile, level: float = 0.95) -> list[Row]:
+    """The mean of each column of ``values`` (released readings in quanta, one row each, the
+    profile's columns) in physical units, with its interval at ``level``. Spends no privacy
+    budget: post-processing of readings already released (module docstring)."""
+    y = np.asarray(values)
+    if y.ndim != 2 or y.shape[1] != len(profile.delta_q) or not len(y):
+        raise ValueError("values must be a non-empty matrix of the profile's %d columns" % len(profile.delta_q))
+    return [_estimates(y[:, j].astype(np.int64), NoiseLaw.for_column(d, profile.epsilon), Stat("mean"),
+                       profile.quantum, level, ())[0] for j, d in enumerate(profile.delta_q)]
 
 
 def default_edges(profile: DeviceProfile, column: int) -> tuple[float, ...]:

@@ -159,24 +159,21 @@ def _with_means(store: "AnalystStore", rows: list[Any], columns: list[Column], c
                 data_dir: Any) -> tuple[list[Any], list[Column]]:
     """``rows`` (windows) with their mean of ``column``: (window, estimate) pairs and three more columns."""
     from dpsense.cloud.deploy.profile import load_profile
-    from dpsense.cloud.privacy.aggregate import NoiseLaw, mean
+    from dpsense.cloud.privacy.stream_aggregates import column_means
     prof = load_profile(data_dir)
     if prof is None:
         raise UsageError("--mean needs the device profile (profile.json) in %s" % data_dir)
     if column >= len(prof.delta_q):
         raise UsageError("--mean: column must be in 0..%d (the profile has %d columns)"
                          % (len(prof.delta_q) - 1, len(prof.delta_q)))
-    law = NoiseLaw.for_column(prof.delta_q[column], prof.epsilon)
     out = []
     for w in rows:
         m = store.window_members(w.id, columns=len(prof.delta_q), config_id=prof.config_id)
-        e = mean([int(v[column]) for v in m.values], law) if len(m.values) else None
-        out.append((w, e))
-    q = prof.quantum
+        out.append((w, column_means(m.values, prof)[column] if len(m.values) else None))
     base = [(name, (lambda f: lambda r: f(r[0]))(f)) for name, f in columns]
-    extra: list[Column] = [("mean", lambda r: None if r[1] is None else r[1].value * q),
-                           ("mean_lo", lambda r: None if r[1] is None else r[1].lo * q),
-                           ("mean_hi", lambda r: None if r[1] is None else r[1].hi * q)]
+    extra: list[Column] = [("mean", lambda r: None if r[1] is None else r[1].value),
+                           ("mean_lo", lambda r: None if r[1] is None else r[1].lo),
+                           ("mean_hi", lambda r: None if r[1] is None else r[1].hi)]
     return out, base + extra
 
 
