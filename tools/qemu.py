@@ -30,6 +30,8 @@ from dpsense.tools.rawrepl import RawRepl, ReplTimeout
 QEMU = "qemu-system-arm"
 FIRMWARE = Path("/usr/share/firmware-microbit-micropython/firmware.hex")
 DEBIAN_PACKAGES = ("qemu-system-arm", "firmware-microbit-micropython")
+# The nRF51's code flash: 256 KB from address 0.
+FLASH_SIZE = 0x40000
 _PTY_LINE = re.compile(rb"char device redirected to (/dev/pts/\d+)")
 _PROMPT = b">>> "
 
@@ -62,6 +64,65 @@ def missing_reason(qemu: str = QEMU, firmware: str | Path = FIRMWARE) -> str | N
         return None
     return ("; ".join(missing) + ". Install with: sudo apt-get install "
             + " ".join(DEBIAN_PACKAGES))
+
+
+def erased_flash_hex(firmware: str | Path, out: str | Path) -> Path:
+    """Write ``out``: the Intel HEX ``firmware`` with every byte of the code flash it leaves
+    out set to 0xFF, as a real micro:bit's flash is after the chip erase that flashing it
+    starts with.
+
+    QEMU's nRF51 starts with its flash all zeros, and zero is the micro:bit file system's
+    mark of a freed, not erased, chunk: the file system then reclaims space through sweeps
+    that a real board never needs at that point, and a large write can come back cut short
+    (``OSError: 28`` with half the file system unused)."""
+    covered = bytearray(FLASH_SIZE)
+    lines = Path(firmware).read_text().split()
+    base = 0
+    body: list[str] = []
+    for line in lines:
+        if not line.startswith(":") or len(line) < 11:
+            raise ValueError("%s: not an Intel HEX line: %r" % (firmware, line[:40]))
+        raw = bytes.fromhex(line[1:])
+        if sum(raw) & 0xFF:
+            raise ValueError("%s: bad checksum in %r" % (firmware, line[:40]))
+        n, addr, kind = raw[0], int.from_bytes(raw[1:3], "big"), raw[3]
+        if kind == 1:
+            break
+        if kind == 4:
+            base = int.from_bytes(raw[4:6], "big") << 16
+        elif kind == 2:
+            base = int.from_bytes(raw[4:6], "big") << 4
+        elif kind == 0:
+            start = base + addr
+            lo, hi = max(start, 0), min(start + n, FLASH_SIZE)
+            if lo < hi:
+                covered[lo:hi] = b"\x01" * (hi - lo)
+        body.append(line)
+    fill: list[str] = []
+    segment = -1
+    a = 0
+    while a < FLASH_SIZE:
+        if covered[a]:
+            a += 1
+            continue
+        end = a + 1        # a run of left-out bytes, cut at 16 bytes and at 64 KB segments
+        while end < FLASH_SIZE and not covered[end] and end - a < 16 and end & 0xFFFF:
+            end += 1
+        if a >> 16 != segment:
+            segment = a >> 16
+            fill.append(_hex_record(4, 0, segment.to_bytes(2, "big")))
+        fill.append(_hex_record(0, a & 0xFFFF, b"\xff" * (end - a)))
+        a = end
+    # Fill first: the firmware's own records (and its linear-address records) come after.
+    text = "\n".join(fill + body + [_hex_record(1, 0, b"")]) + "\n"
+    out = Path(out)
+    out.write_text(text)
+    return out
+
+
+def _hex_record(kind: int, addr: int, data: bytes) -> str:
+    raw = bytes([len(data)]) + addr.to_bytes(2, "big") + bytes([kind]) + data
+    return ":" + (raw + bytes([-sum(raw) & 0xFF])).hex().upper()
 
 
 class QemuMicrobit:
@@ -105,8 +166,9 @@ class QemuMicrobit:
             raise QemuUnavailable(reason)
         self._log = tempfile.TemporaryFile()
         self._monitor_dir = tempfile.TemporaryDirectory(prefix="dpsense-qemu-")
+        image = erased_flash_hex(self.firmware, Path(self._monitor_dir.name) / "flash.hex")
         cmd = [self.qemu, "-M", "microbit",
-               "-device", "loader,file=%s" % self.firmware,
+               "-device", "loader,file=%s" % image,
                "-nographic", "-serial", "pty",
                "-monitor", "unix:%s,server,nowait" % self._monitor_path()]
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
