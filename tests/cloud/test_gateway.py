@@ -403,3 +403,20 @@ def test_a_conflicting_record_under_the_same_key_is_never_acknowledged_to_the_bo
     _commit(gw, CORRECTION)
     gw.feed(b"!\n")
     assert gw.take_replies() == b"!" + TOKEN.hex().encode() + b"\n!\n"
+
+
+def test_status_and_stop_lines_are_answered_each_time_and_published_once():
+    """docs/protocol.md 2.3: a board says them until heard; a repeat is answered, not republished."""
+    from dpsense.protocol.framing import crc16
+    gw, pubs, logs = _gateway()
+    line = b'status: {"event":"boot","device":7,"boot":5}'
+    gw.feed(line + b"\r\n" + line + b"\n")
+    assert gw.take_replies() == (b"!=%04x\n" % crc16(line)) * 2
+    assert pubs == [("dpsense/status/d7", line[8:])]
+    stop = b"seal error: seal.key: no key file"
+    gw.feed(stop + b"\n" + stop + b"\n")
+    assert gw.take_replies() == (b"!=%04x\n" % crc16(stop)) * 2
+    assert pubs[1:] == [("dpsense/status/d7", b'{"event":"stopped","device":7,"error":"seal error: seal.key: no key file"}')]
+    assert logs.count("gateway: d7 stopped: seal error: seal.key: no key file") == 1 and gw.stopped == stop.decode()
+    gw.feed(b"hello: not a status\n")
+    assert gw.take_replies() == b""                      # any other console line gets no answer
