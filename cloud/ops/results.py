@@ -96,7 +96,7 @@ class Tail:
 
 def tails(store: AnalystStore) -> list[Tail]:
     """Every (device, boot) whose status says its last seq, by device and boot. Status messages
-    without ``last_seq`` (older firmware, the micro:bit's) say nothing and are left out."""
+    without ``last_seq`` (older firmware) say nothing and are left out."""
     gaps = {(g.device_id, g.boot_id): g for g in store.gaps()}
     out = []
     for s in store.latest_statuses():

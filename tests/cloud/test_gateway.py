@@ -216,14 +216,17 @@ def test_event_lines_become_the_full_firmware_console_text_and_status_messages()
         "console: idle: all 12 records acknowledged (3 resent)",
         "console: idle: 2 records not acknowledged, kept for the next boot (3 resent)"]
     import json
-    boot, cap = [json.loads(p) for t, p in pubs]
+    boot, cap, done = [json.loads(p) for t, p in pubs]
     assert all(t == "dpsense/status/d7" for t, _ in pubs)
     assert boot == {"event": "boot", "device": 7, "boot": 99, "board": "microbit",
                     "entropy": "prng_no_dp", "eps_record": "1/4", "eps_record_worst": "4", "cap": "1",
                     "pending": 2, "dropped": 0, "mem_free": 2288, "version": "0.2.0", "ledger": "ok"}
     assert cap == {"event": "window_cap", "device": 7, "boot": 99, "board": "microbit",
                    "entropy": "prng_no_dp", "eps_record": "1/4", "window": 0, "spent": "1",
-                   "cap": "1", "withheld": 1, "released": 4}
+                   "cap": "1", "withheld": 1, "released": 4, "last_seq": 3}
+    # The end of the stimulus says the boot's last seq (docs/protocol.md 13.2).
+    assert done == {"event": "done", "device": 7, "boot": 99, "board": "microbit", "entropy": "prng_no_dp",
+                    "released": 12, "last_seq": 11}
     assert gw.stats.events == 5 and gw.stats.malformed == 0
 
 
