@@ -82,3 +82,28 @@ def test_a_boot_with_nothing_stored_loses_its_whole_announced_run() -> None:
         _status(store, 3, {"event": "progress", "device": 3, "boot": 77, "last_seq": 41}, 1.0)
         (t,) = results.tails(store)
         assert (t.stored_last, t.missing) == (None, 42)
+
+
+def test_the_simulated_fleet_says_each_devices_last_seq_at_the_end() -> None:
+    """`dpsense simulate` publishes this status per device once it sent its last record: records
+    it counted as done and the cloud never stored show as a tail (the issue's lost 2,188)."""
+    import numpy as np
+
+    from dpsense.cloud.sim.calibration import calibrate
+    from dpsense.cloud.sim.simulate import FleetEncoder
+    rng = np.random.default_rng(2)
+    enc = FleetEncoder(calibrate(rng.normal(0, 3, (2000, 2)), "1", 0.01), 3, seed=5, boot_id=9)
+    assert "last_seq" not in json.loads(enc.status(1, "done"))       # nothing released yet
+    enc.encode(rng.normal(0, 3, (10, 2)))                             # devices 1, 2, 3 get 4, 3, 3
+    done = [json.loads(enc.status(d, "done")) for d in (1, 2, 3)]
+    assert [(s["event"], s["boot"], s["last_seq"], s["released"]) for s in done] == [
+        ("done", 9, 3, 4), ("done", 9, 2, 3), ("done", 9, 2, 3)]
+    assert "last_seq" not in json.loads(enc.status(1))                # the boot status, as before
+    with open_analyst_store("sqlite://") as store:
+        enc2 = FleetEncoder(calibrate(rng.normal(0, 3, (2000, 2)), "1", 0.01), 1, seed=5, boot_id=9)
+        batch = enc2.encode(rng.normal(0, 3, (10, 2)))
+        from dpsense.cloud.ingest.classify import classify_reading
+        store.add_batch([classify_reading("dpsense/readings/d1", p, 1.0) for p in batch.readings[:7]], [])
+        store.add_statuses([classify_status("dpsense/status/d1", enc2.status(1, "done"), 2.0)], [])
+        (t,) = results.tails(store)
+        assert (t.last_seq, t.stored_last, t.missing) == (9, 6, 3)

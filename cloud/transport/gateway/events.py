@@ -96,9 +96,11 @@ def expand_event(ev: dict[str, Any], boot: dict[str, Any] | None) -> tuple[list[
             status["last_seq"] = ev["released"] - 1
         return [text], status
     if name == "done":
-        b = boot or {}
-        done: dict[str, Any] = {"event": "done", "device": b.get("device"), "boot": b.get("boot"),
-                                "board": b.get("board"), "entropy": b.get("entropy"), "released": ev["released"]}
+        # The boot's state as its #boot said it, so that the newest status holds it all (the
+        # dashboard reads a device's epsilon and cap from its latest status).
+        done: dict[str, Any] = dict(expand_event(boot, None)[1] or {}) if boot is not None else {}
+        done.pop("pending", None)           # the boot's count, long out of date
+        done.update(event="done", released=ev["released"])
         if ev["released"] > 0:
             # The node numbers its records from 0 in each boot: its last seq (docs/protocol.md 13.2).
             done["last_seq"] = ev["released"] - 1
