@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import struct
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -92,7 +93,8 @@ class Gateway:
         self.device_user = topics.device_username(device_id)
         self.stopped: str | None = None     # the line the board stopped on, if it did
         self._heard = bytearray()           # answers to status and stop lines
-        self._said: bytes | None = None     # the last status or stop line published
+        # The last status and stop lines published: a board repeats up to two until heard.
+        self._said: deque[bytes] = deque(maxlen=8)
         self.publish = publish
         self.log = log
         self.idle_s = idle_s
@@ -222,16 +224,16 @@ class Gateway:
             return
         if isinstance(doc, dict):
             self._heard += heard(line)
-            if line != self._said:          # a repeat the board wrote before it heard the answer
-                self._said = line
+            if line not in self._said:      # else a repeat the board wrote before it heard the answer
+                self._said.append(line)
                 self._publish_status(text)
 
     def _stopped(self, line: bytes) -> None:
         """The board stopped (a config error, say): logged and published once, answered each time."""
         self._heard += heard(line)
-        if line == self._said:
+        if line in self._said:
             return
-        self._said = line
+        self._said.append(line)
         self.stopped = line.decode("utf-8", "replace")
         self.log("gateway: %s stopped: %s" % (self.device_user, self.stopped))
         self._publish_status(json.dumps({"event": "stopped", "device": self.device_id, "error": self.stopped},
