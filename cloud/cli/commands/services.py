@@ -268,6 +268,9 @@ def do_status(args: argparse.Namespace) -> int:
                   % (w.id, w.group, w.n, w.attempts, w.last_error))
         for e in a.events(args.events):
             print("  %s %-9s %s" % (iso_time(e.at), e.kind, e.text))
+        from dpsense.cloud.ops.results import board_notes
+        for line in board_notes(a):
+            print(line)
         devices, wins, tokens = a.reading_tokens()
     import os
 

@@ -213,12 +213,15 @@ def run_steady(settings: Settings, args: argparse.Namespace, stop: threading.Eve
     elapsed = time.monotonic() - t0
     timeout = float(getattr(args, "commit_timeout", 120.0))
     try:
+        # Each device's last seq: a tail the cloud never stored shows against it (dpsense status).
+        pub.send([(d, topics.STATUS % topics.device_username(d), enc.status(d, "done"))
+                  for d in range(1, devices + 1)])
         if wait == "committed":
             if not pub.wait_committed(timeout):
                 raise FleetError("%d of %d records not committed %.0f s after the last was sent%s"
                                  % (pub.uncommitted, sent, timeout, _NOT_COMMITTED))
         else:
-            _wait_acked(pub, 2 * sent + devices, timeout)
+            _wait_acked(pub, 2 * sent + 2 * devices, timeout)
     finally:
         pub.close()
     say("simulate: published %d readings in %.1f s (%.1f/s); %s"
