@@ -30,8 +30,9 @@ from dpsense.tools.rawrepl import RawRepl, ReplTimeout
 QEMU = "qemu-system-arm"
 FIRMWARE = Path("/usr/share/firmware-microbit-micropython/firmware.hex")
 DEBIAN_PACKAGES = ("qemu-system-arm", "firmware-microbit-micropython")
-# The nRF51's code flash: 256 KB from address 0.
+# The nRF51's code flash: 256 KB from address 0, in pages of 1 KB.
 FLASH_SIZE = 0x40000
+PAGE_SIZE = 0x400
 _PTY_LINE = re.compile(rb"char device redirected to (/dev/pts/\d+)")
 _PROMPT = b">>> "
 
@@ -66,20 +67,13 @@ def missing_reason(qemu: str = QEMU, firmware: str | Path = FIRMWARE) -> str | N
             + " ".join(DEBIAN_PACKAGES))
 
 
-def erased_flash_hex(firmware: str | Path, out: str | Path) -> Path:
-    """Write ``out``: the Intel HEX ``firmware`` with every byte of the code flash it leaves
-    out set to 0xFF, as a real micro:bit's flash is after the chip erase that flashing it
-    starts with.
-
-    QEMU's nRF51 starts with its flash all zeros, and zero is the micro:bit file system's
-    mark of a freed, not erased, chunk: the file system then reclaims space through sweeps
-    that a real board never needs at that point, and a large write can come back cut short
-    (``OSError: 28`` with half the file system unused)."""
-    covered = bytearray(FLASH_SIZE)
-    lines = Path(firmware).read_text().split()
+def left_out_pages(firmware: str | Path) -> list[int]:
+    """The addresses of the code-flash pages the Intel HEX ``firmware`` leaves out entirely:
+    after the chip erase that flashing a real micro:bit starts with, they hold 0xFF, and the
+    file system lives there."""
+    covered = bytearray(FLASH_SIZE // PAGE_SIZE)
     base = 0
-    body: list[str] = []
-    for line in lines:
+    for line in Path(firmware).read_text().split():
         if not line.startswith(":") or len(line) < 11:
             raise ValueError("%s: not an Intel HEX line: %r" % (firmware, line[:40]))
         raw = bytes.fromhex(line[1:])
@@ -92,37 +86,17 @@ def erased_flash_hex(firmware: str | Path, out: str | Path) -> Path:
             base = int.from_bytes(raw[4:6], "big") << 16
         elif kind == 2:
             base = int.from_bytes(raw[4:6], "big") << 4
-        elif kind == 0:
-            start = base + addr
-            lo, hi = max(start, 0), min(start + n, FLASH_SIZE)
-            if lo < hi:
-                covered[lo:hi] = b"\x01" * (hi - lo)
-        body.append(line)
-    fill: list[str] = []
-    segment = -1
-    a = 0
-    while a < FLASH_SIZE:
-        if covered[a]:
-            a += 1
-            continue
-        end = a + 1        # a run of left-out bytes, cut at 16 bytes and at 64 KB segments
-        while end < FLASH_SIZE and not covered[end] and end - a < 16 and end & 0xFFFF:
-            end += 1
-        if a >> 16 != segment:
-            segment = a >> 16
-            fill.append(_hex_record(4, 0, segment.to_bytes(2, "big")))
-        fill.append(_hex_record(0, a & 0xFFFF, b"\xff" * (end - a)))
-        a = end
-    # Fill first: the firmware's own records (and its linear-address records) come after.
-    text = "\n".join(fill + body + [_hex_record(1, 0, b"")]) + "\n"
-    out = Path(out)
-    out.write_text(text)
-    return out
+        elif kind == 0 and n:
+            for page in range((base + addr) // PAGE_SIZE, (base + addr + n - 1) // PAGE_SIZE + 1):
+                if page < len(covered):
+                    covered[page] = 1
+    return [i * PAGE_SIZE for i, c in enumerate(covered) if not c]
 
 
-def _hex_record(kind: int, addr: int, data: bytes) -> str:
-    raw = bytes([len(data)]) + addr.to_bytes(2, "big") + bytes([kind]) + data
-    return ":" + (raw + bytes([-sum(raw) & 0xFF])).hex().upper()
+# Erase those pages from the board itself, through the nRF51's flash controller (NVMC: READY
+# at 0x4001E400, CONFIG at 0x504 with 2 = erase enabled, ERASEPAGE at 0x508).
+_ERASE = ("import machine\nm=machine.mem32\nm[0x4001E504]=2\nfor a in %r:\n m[0x4001E508]=a\n"
+          " while not m[0x4001E400]:\n  pass\nm[0x4001E504]=0\nprint('erased',len(%r))")
 
 
 class QemuMicrobit:
@@ -166,9 +140,8 @@ class QemuMicrobit:
             raise QemuUnavailable(reason)
         self._log = tempfile.TemporaryFile()
         self._monitor_dir = tempfile.TemporaryDirectory(prefix="dpsense-qemu-")
-        image = erased_flash_hex(self.firmware, Path(self._monitor_dir.name) / "flash.hex")
         cmd = [self.qemu, "-M", "microbit",
-               "-device", "loader,file=%s" % image,
+               "-device", "loader,file=%s" % self.firmware,
                "-nographic", "-serial", "pty",
                "-monitor", "unix:%s,server,nowait" % self._monitor_path()]
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
@@ -179,10 +152,29 @@ class QemuMicrobit:
             self.transport = PtyTransport(self.pty)
             self.banner = self._wait_for_prompt()
             self._wait_for_echo()
+            self._erase_file_system()
         except BaseException:
             self.close()
             raise
         return self
+
+    def _erase_file_system(self) -> None:
+        """Erase the flash the firmware leaves out, then reset, as flashing a real board does.
+
+        QEMU's nRF51 starts with its flash all zeros, and zero is the micro:bit file
+        system's mark of a freed, not erased, chunk: the file system then reclaims space
+        through sweeps a fresh board never needs, and a large write can come back cut short
+        (``OSError: 28`` with half the space unused). The erase is done by the board, not by
+        loading 0xFF into QEMU, because QEMU loads its images again at every reset, which
+        would wipe the files a reset must keep."""
+        pages = left_out_pages(self.firmware)
+        repl = self.repl()
+        repl.enter()
+        out = repl.exec(_ERASE % (pages, pages), 30)
+        if "erased %d" % len(pages) not in out:
+            raise RuntimeError("erasing the emulated board's file system failed: %r" % out)
+        self.reset()
+        self._wait_for_echo()
 
     def _monitor_path(self) -> str:
         assert self._monitor_dir is not None
