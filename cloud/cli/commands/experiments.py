@@ -1,5 +1,5 @@
-"""``dpsense experiment paper1|paper2|paper3|paper4|verify|dcs|families``: the papers' reproductions, and
-the correction on data families it was not built for."""
+"""``dpsense experiment paper1|paper2|paper3|paper4|verify|dcs|families|faults``: the papers' reproductions,
+and the correction on data families and sensor faults it was not built for."""
 from __future__ import annotations
 
 import argparse
@@ -87,6 +87,20 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
     ef.add_argument("--epsilons", type=parse_floats, default=(0.5, 1.0, 2.0),
                     help="comma-separated epsilons per column (default 0.5,1,2)")
     ef.add_argument("--n", type=int, default=20_000, help="points per window (default 20000)")
+    ex = sub.add_parser("faults", help="recall per sensor-fault type on the simulated sensor fleet: O', each "
+                                       "correction mode as deployed, the default",
+                        description="The deployed path in-process on the simulated sensor fleet "
+                                    "(cloud/sim/sensors.py): recall per fault type, subset and precision of O', "
+                                    "modes paper, bands and secure from honest-round noise, and the default "
+                                    "(bands where the model fits, O' where not); prints a markdown table "
+                                    "(docs/accuracy.md).",
+                        epilog=examples("dpsense experiment faults", "dpsense experiment faults --seeds 7 --n 5000"))
+    ex.add_argument("--seeds", type=parse_floats, default=(7, 13, 21),
+                    help="comma-separated data seeds (default 7,13,21; nothing was tuned on this data)")
+    ex.add_argument("--epsilons", type=parse_floats, default=(0.5, 1.0, 2.0),
+                    help="comma-separated epsilons per column (default 0.5,1,2)")
+    ex.add_argument("--n", type=int, default=20_000, help="readings per window (default 20000)")
+    ex.add_argument("--devices", type=int, default=20, help="sensors in the fleet (default 20)")
     e3 = sub.add_parser("paper3", help="paper 3 on Adult: DP-PCA error vs LAP/EXP, DP-LDA accuracy and AUC",
                         description="Reproduce paper 3 (Jiang et al. 2013, experiments) on UCI Adult; writes results.md, runs.csv and "
                                     "paper3.png. The defaults take about a minute; --full uses the paper's sizes.",
@@ -211,6 +225,8 @@ def do_experiment(args: argparse.Namespace) -> int:
         return _do_dcs(args)
     if args.experiment == "families":
         return _do_families(args)
+    if args.experiment == "faults":
+        return _do_faults(args)
     from dpsense.cloud.sim.experiments.paper1 import Paper1Config, main
     cfg = Paper1Config(separations=args.separations, epsilons=args.epsilons,
                        seeds=parse_ints("--seeds", args.seeds), runs=args.runs, n=args.n, shape=args.shape,
@@ -262,4 +278,24 @@ def _do_families(args: argparse.Namespace) -> int:
     print("\nseeds %s (%s), epsilons %s, n = %d, %.0f s"
           % (",".join(map(str, cfg.seeds)), "tuning seeds among them: %s" % tuned if tuned else "none of them tuned on",
              ",".join("%g" % e for e in cfg.epsilons), cfg.n, time.perf_counter() - t0))
+    return 0
+
+
+def _do_faults(args: argparse.Namespace) -> int:
+    import sys
+    import time
+
+    from dpsense.cloud.errors import UsageError
+    from dpsense.cloud.sim.experiments.faults import FaultsConfig, markdown, run_faults
+    try:
+        cfg = FaultsConfig(seeds=parse_ints("--seeds", args.seeds), epsilons=args.epsilons, n=args.n,
+                           devices=args.devices)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    t0 = time.perf_counter()
+    rows = run_faults(cfg, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(markdown(cfg, rows))
+    print("\nsimulated sensor fleet: seeds %s, epsilons %s, n = %d, %d devices, %.0f s"
+          % (",".join(map(str, cfg.seeds)), ",".join("%g" % e for e in cfg.epsilons), cfg.n, cfg.devices,
+             time.perf_counter() - t0))
     return 0

@@ -624,6 +624,9 @@ def do_gateway(args: argparse.Namespace) -> int:
     return 0
 
 
+DATA_CHOICES = ("paper1", "sensors", "drift", "radial_groups", "elongated", "two_clusters", "ring")
+
+
 def parser_simulate(p: argparse.ArgumentParser) -> None:
     p.epilog = examples("dpsense simulate --devices 10 --n 100000 --epsilon 0.5",
                         "dpsense simulate --csv readings.csv --devices 4 --seed 3")
@@ -633,6 +636,11 @@ def parser_simulate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=count(1), default=100_000, help="readings in all (default 100000)")
     p.add_argument("--csv", help="publish this CSV (numeric columns, header row) instead of synthetic data; "
                                  "an optional column named 'outlier' (0/1) is ground truth")
+    p.add_argument("--data", choices=DATA_CHOICES, default="paper1",
+                   help="synthetic data without --csv: paper1 (the paper-1 generator, --separation and --shape), "
+                        "sensors (the simulated temperature and humidity fleet with its faults, "
+                        "cloud/sim/sensors.py; one simulated sensor per device) or a data family of "
+                        "cloud/sim/families.py (default paper1)")
     p.add_argument("--separation", type=float, default=220.0, help="paper-1 generator (default 220)")
     p.add_argument("--shape", choices=("scale", "shift"), default="scale")
     p.add_argument("--epsilon", default="0.5", help="epsilon per column (default 0.5)")
