@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 from typing import Any
 
 import numpy as np
@@ -204,3 +205,42 @@ def test_the_command_refuses_bad_arguments(argv: list[str], capsys: pytest.Captu
     assert rc == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.strip()
+
+
+# -- the outlier share is calibrated, not a constant ---------------------------------------------------
+def test_the_outlier_share_is_calibrated_with_the_profile(tmp_path: Any) -> None:
+    from dpsense.cloud.deploy.profile import PROFILE_FILE, load_profile, save_profile
+    from dpsense.cloud.privacy.calibration import dp_calibrate
+    from dpsense.cloud.sim.calibration import calibrate
+    from dpsense.cloud.sim.datasets import paper1_synthetic
+    for share in (0.05, 0.10):
+        ref = paper1_synthetic(5_000, 220.0, "scale", share, seed=1003).x
+        prof = calibrate(ref, "0.5", 0.01)
+        assert prof.outlier_share == pytest.approx(share, abs=0.002)     # the reference's detected share
+        dp = dp_calibrate(ref, bounds=(-600, 600), epsilon=1, device_epsilon="0.5", quantum=0.01,
+                          outlier_percent=100 * share, rng=random.Random(3))
+        assert dp.outlier_share == pytest.approx(share)                  # the curator's --outlier-percent
+    save_profile(tmp_path, prof)
+    assert load_profile(tmp_path) == prof
+    old = json.loads((tmp_path / PROFILE_FILE).read_text())
+    del old["outlier_share"]                                             # a profile written before the field
+    (tmp_path / PROFILE_FILE).write_text(json.dumps(old))
+    assert load_profile(tmp_path).outlier_share == 0.10                  # type: ignore[union-attr]
+
+
+def test_the_analyst_takes_the_outlier_share_from_the_profile() -> None:
+    from dataclasses import replace
+
+    from dpsense.cloud.sim.calibration import calibrate
+    from dpsense.cloud.sim.datasets import paper1_synthetic
+    prof = replace(calibrate(paper1_synthetic(2_000, 220.0, seed=1003).x, "0.5", 0.01), outlier_share=0.04)
+    with open_analyst_store("sqlite://") as store:
+        server = InProcessServer({})
+        a, logs = make_analyst(store, server, Clock(2000.0), WindowSpec(count=100), centre_q=None,
+                               profile=lambda: prof)
+        a._provisioned()          # an analyst started before profile.json existed takes it when it appears
+        assert a.params.outlier_share == 0.04 and any("outlier share 0.04" in line for line in logs)
+        # One whose parameters were set from a profile at the start keeps them.
+        b, _ = make_analyst(store, server, Clock(2000.0), WindowSpec(count=100), profile=lambda: prof)
+        b._provisioned()
+        assert b.params.outlier_share == 0.10

@@ -429,6 +429,7 @@ def do_analyst(args: argparse.Namespace) -> int:
                            round_timeout=args.round_timeout, max_hold=args.max_hold,
                            mode=args.correction_mode, band_width_q=band_q,
                            centre_q=tuple(map(float, prof.centre_q)) if prof is not None else None,
+                           outlier_share=prof.outlier_share if prof is not None else 0.10,
                            skip_margin=args.skip_margin, min_round=args.min_round,
                            min_presumed=args.min_presumed)
     if args.webhook:

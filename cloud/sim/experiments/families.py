@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,11 +26,10 @@ from dpsense.cloud.analyst.outliers.dbscan import DBSCANOutliers
 from dpsense.cloud.correction.bands import run_bands, width_from_history
 from dpsense.cloud.correction.fit import MAX_ADDED, MAX_SHORTFALL, Fit, model_fit
 from dpsense.cloud.correction.mpc.secure import candidates as secure_candidates
-from dpsense.cloud.correction.rules import (CorrectionParams, false_negatives, needs_round, noise_split,
-                                           noise_threshold, normal_radius, reduce_rows)
+from dpsense.cloud.correction.rules import CorrectionParams, needs_round, normal_radius
 from dpsense.cloud.sim.datasets import relaxed_sensitivity
 from dpsense.cloud.sim.experiments.noise import discrete_laplace
-from dpsense.cloud.sim.experiments.paper1 import calibrate_min_samples
+from dpsense.cloud.sim.experiments.paper1 import calibrate_min_samples, deployed_paper
 from dpsense.cloud.sim.families import FAMILIES, family
 
 TUNING_SEEDS = (1, 2, 3, 4, 5)
@@ -168,10 +167,7 @@ def _paper(cfg: FamiliesConfig, prof: Profile, d: np.ndarray, dist: np.ndarray, 
                           columns=m, alpha=cfg.alpha, normal_radius=prof.rho_q)
     t = float(math.ceil(b * math.log(1.0 / cfg.alpha)))
     t2 = float(math.ceil(b * math.log(2.0 / cfg.alpha)))
-    split = noise_split(d, presumed, noise_threshold(noise_scale, m, cfg.alpha / 2) + t2)
-    red = reduce_rows(dist, presumed, split.d_tp, nw.w_o)
-    fn = false_negatives(d, presumed, red, split, replace(nw, normal_radius=prof.rho_q + t))
-    return np.union1d(np.union1d(split.tp, fn.l1), np.union1d(fn.l2, fn.l3))
+    return deployed_paper(d, dist, presumed, nw, t, t2)[0]
 
 
 def run_window(cfg: FamiliesConfig, name: str, prof: Profile, x: np.ndarray, truth: np.ndarray, seed: int,
