@@ -166,3 +166,41 @@ def test_simulate_refuses_a_sensor_fleet_too_small_for_its_devices() -> None:
     args = argparse.Namespace(data="sensors", n=30, seed=5, devices=10, csv=None, separation=220.0, shape="scale")
     with pytest.raises(FleetError, match="at least 10 readings per device"):
         load_data(args)
+
+
+def test_the_experiments_deployed_bands_are_the_correction_servers_answer() -> None:
+    # The experiments (cloud/sim/experiments/families.py, paper1.py, faults.py) answer mode bands
+    # as run_bands(d_diff + Z_A, dist, w, rho + margin); the server (CorrectionRounds with its
+    # RecordNoise) must give the same R for the same Z_A, here on a window of the sensor fleet.
+    from fractions import Fraction
+
+    from dpsense.cloud.correction import messages as msg
+    from dpsense.cloud.correction.bands import make_bands, run_bands
+    from dpsense.cloud.correction.honest import RecordNoise, RoundPolicy
+    from dpsense.cloud.correction.rules import CorrectionParams
+    from dpsense.cloud.correction.server import CorrectionRounds
+
+    data = sensor_fleet(600, 11, devices=6)
+    rng = np.random.default_rng(11)
+    x_q = np.rint(data.x / 0.01).astype(np.int64)
+    centre = np.rint(data.x.mean(axis=0) / 0.01)
+    x_rel = x_q + rng.integers(-300, 301, x_q.shape)
+    d = np.rint(np.linalg.norm(x_rel - centre, axis=1)) - np.rint(np.linalg.norm(x_q - centre, axis=1))
+    dist = np.linalg.norm(x_rel - centre, axis=1)
+    rho, width = 700.0, 300.0
+    tokens = [rng.bytes(8) for _ in range(600)]
+    table = dict(zip(tokens, d.astype(int).tolist()))
+    noise = RecordNoise(b"\x07" * 32, rho, Fraction(1))
+    rounds = CorrectionRounds(CorrectionParams(w_o=0.0, normal_radius=rho), lambda ts: {t: table[t] for t in ts},
+                              grace=0, mode="bands", noise=noise, policy=RoundPolicy(min_window=100, min_presumed=1))
+    bands = make_bands(dist, width)
+    reply = msg.decode(rounds.handle(msg.decode(msg.encode(
+        "bands", 1, window=1, tokens=msg.tokens_field(tokens), width=width,
+        edges=[float(e) for e in bands.edges], bands=bands.members))))
+    margin = float(np.ceil(max(1, np.ceil(rho)) * np.log(1 / 0.005)))        # the experiments' t
+    assert margin == noise.margin(0.005)
+    want = run_bands(noise.noisy(tokens, d), dist, width, rho + margin).r
+    assert sorted(reply["r"]) == want.tolist() and want.size > 0
+    # Power: without the server's noise, or without its margin, R differs.
+    assert not np.array_equal(run_bands(d, dist, width, rho + margin).r, want)
+    assert not np.array_equal(run_bands(noise.noisy(tokens, d), dist, width, rho).r, want)
