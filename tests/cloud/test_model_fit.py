@@ -193,9 +193,14 @@ def test_the_command_prints_the_table_and_names_its_seeds(capsys: pytest.Capture
     out = capsys.readouterr().out
     assert "| paper1 | 1 |" in out and "| ring | 1 |" in out
     assert "seeds 7 (none of them tuned on)" in out
+    assert cli.main(["experiment", "families", "--n", "1000", "--seeds", "7", "--epsilons", "1",
+                     "--families", "ring"]) == 0
+    out = capsys.readouterr().out
+    assert "| ring | 1 |" in out and "| paper1 |" not in out
 
 
-@pytest.mark.parametrize("argv", [["--n", "10"], ["--seeds", "1.5"], ["--seeds", "7,7"], ["--epsilons", "0"]])
+@pytest.mark.parametrize("argv", [["--n", "10"], ["--seeds", "1.5"], ["--seeds", "7,7"], ["--epsilons", "0"],
+                                  ["--families", "paper1,nope"]])
 def test_the_command_refuses_bad_arguments(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     from dpsense.cloud import cli
     try:

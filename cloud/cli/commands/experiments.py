@@ -92,6 +92,8 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
     ef.add_argument("--epsilons", type=parse_floats, default=(0.5, 1.0, 2.0),
                     help="comma-separated epsilons per column (default 0.5,1,2)")
     ef.add_argument("--n", type=int, default=20_000, help="points per window (default 20000)")
+    ef.add_argument("--families", default=None,
+                    help="comma-separated families of cloud/sim/families.py (default all)")
     ex = sub.add_parser("faults", help="recall per sensor-fault type on the simulated sensor fleet: O', each "
                                        "correction mode as deployed, the default",
                         description="The deployed path in-process on the simulated sensor fleet "
@@ -273,7 +275,9 @@ def _do_families(args: argparse.Namespace) -> int:
     from dpsense.cloud.errors import UsageError
     from dpsense.cloud.sim.experiments.families import TUNING_SEEDS, FamiliesConfig, markdown, run_families
     try:
-        cfg = FamiliesConfig(seeds=parse_ints("--seeds", args.seeds), epsilons=args.epsilons, n=args.n)
+        names = tuple(f.strip() for f in args.families.split(",")) if args.families else None
+        cfg = FamiliesConfig(seeds=parse_ints("--seeds", args.seeds), epsilons=args.epsilons, n=args.n,
+                             **({"families": names} if names else {}))
     except ValueError as e:
         raise UsageError(str(e)) from None
     t0 = time.perf_counter()
