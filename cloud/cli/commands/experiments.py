@@ -273,11 +273,13 @@ def _do_families(args: argparse.Namespace) -> int:
     import time
 
     from dpsense.cloud.errors import UsageError
+    from dataclasses import replace
+
     from dpsense.cloud.sim.experiments.families import TUNING_SEEDS, FamiliesConfig, markdown, run_families
     try:
-        names = tuple(f.strip() for f in args.families.split(",")) if args.families else None
-        cfg = FamiliesConfig(seeds=parse_ints("--seeds", args.seeds), epsilons=args.epsilons, n=args.n,
-                             **({"families": names} if names else {}))
+        cfg = FamiliesConfig(seeds=parse_ints("--seeds", args.seeds), epsilons=args.epsilons, n=args.n)
+        if args.families:
+            cfg = replace(cfg, families=tuple(f.strip() for f in args.families.split(",")))
     except ValueError as e:
         raise UsageError(str(e)) from None
     t0 = time.perf_counter()
