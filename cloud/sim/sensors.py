@@ -94,7 +94,8 @@ def sensor_fleet(n: int, seed: int | None = None, devices: int = 20, fault_share
          + noise)                                                               # (devices, steps, 2)
     fault = np.zeros((devices, steps), dtype=np.int8)
     used = np.zeros((devices, steps), dtype=bool)
-    used.reshape(-1)[n:] = True                                                 # steps past n: no reading
+    past = np.arange(n, devices * steps)                                        # arrival slots past n: no reading
+    used[past % devices, past // devices] = True
     # Episodes per type until each holds its share of the readings; an episode never
     # overlaps another, so every fault reading has one type.
     quota = int(round(fault_share * n / len(FAULT_TYPES)))
