@@ -17,7 +17,8 @@ bands with the model-fit check (cloud/correction/fit.py): R where the model fits
 
 Per fault type, recall is the share of that type's readings in the method's set; subset and
 precision are the set's (a set has no fault type). Seeds: cloud/sim/experiments/families.py's
-``TUNING_SEEDS`` chose the fit thresholds; this simulator was not used for tuning at all, and the
+``TUNING_SEEDS`` chose the fit thresholds (not on this data); this experiment's own choices
+(min_samples, the reference's faults as known outliers) were made on seeds 1 and 2, and the
 tables report ``REPORT_SEEDS``.
 """
 from __future__ import annotations
