@@ -319,10 +319,12 @@ class Analyst:
         prof = self._profile()
         if prof is None:
             return
+        # Without a profile at the start the outlier share was the default: the profile's replaces it.
         self.params = replace(p, centre_q=p.centre_q if p.centre_q is not None else tuple(map(float, prof.centre_q)),
-                              band_width_q=p.band_width_q if p.band_width_q > 0 else prof.band_width_q)
-        self.log("analyst: profile.json: centre %s, band width %g quanta"
-                 % (list(self.params.centre_q or ()), self.params.band_width_q))
+                              band_width_q=p.band_width_q if p.band_width_q > 0 else prof.band_width_q,
+                              outlier_share=prof.outlier_share if p.centre_q is None else p.outlier_share)
+        self.log("analyst: profile.json: centre %s, band width %g quanta, outlier share %g"
+                 % (list(self.params.centre_q or ()), self.params.band_width_q, self.params.outlier_share))
 
     def _paper_round(self, rid: int, window: int, final: bool, tokens: list[bytes], presumed: np.ndarray,
                      dist: np.ndarray,

@@ -36,6 +36,9 @@ class DeviceProfile:
     dbscan_eps: float = 12.0
     dbscan_min_samples: int = 60
     band_width_q: float = 0.0
+    # The share of outliers the analyst expects in a window (its round skip and the model-fit
+    # check, cloud/correction/fit.py): calibrated with the rest; 0.10 in profiles written before.
+    outlier_share: float = 0.10
 
     def mechanism(self, rng: object) -> RecordMechanism:
         """The board's per-record mechanism for this profile (identity scaling over the domain)."""
