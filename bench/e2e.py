@@ -21,9 +21,10 @@ record). Per rate the table gives:
   ``mosquitto_pub`` to ``mosquitto_sub`` (its C clients), two messages per reading as the fleet
   sends them.
 A window smaller than the analyst's floor (its minimum window size) is carried into the next, so
-a tiny run may have windows that are not done. A rate the machine cannot hold shows as latency growing from window to window and a simulate
-that exits non-zero (records not committed within its timeout). The load average is printed:
-other jobs on the machine take their share of its cores.
+a tiny run may have windows that are not done. A rate the machine cannot hold shows as latency
+growing from window to window and a simulate that exits non-zero (records not committed within
+its timeout). The load average is printed: other jobs on the machine take their share of its
+cores.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import argparse
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -119,6 +121,8 @@ def main() -> int:
     ap.add_argument("--limit-messages", type=int, default=20_000,
                     help="messages for the Mosquitto-to-C-client row (default 20000)")
     args = ap.parse_args()
+    # A stopped benchmark stops what it started (the ExitStack and the finally below run).
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dpsense-bench-")))
         return run(args, tmp, stack)
@@ -126,7 +130,7 @@ def main() -> int:
 
 def run(args: argparse.Namespace, tmp: Path, stack: ExitStack) -> int:
     data = tmp / "data"
-    broker = Broker(data, port=free_port())
+    broker = Broker(data, port=free_port(), die_with_parent=True)
     common = ["--data-dir", str(data), "--broker-port", str(broker.port)]
     pw = {role: broker.add_account(role) for role in ("analyst", "correction")}
     limit_dev = args.devices + 1
@@ -173,7 +177,8 @@ def run(args: argparse.Namespace, tmp: Path, stack: ExitStack) -> int:
             lat = [w.done_at - w.end for w in done]
             work = [(w.detect_s or 0.0) + (w.round_s or 0.0) for w in done]
             rows.append(dict(rate=rate, n=n, ok=sim.returncode == 0, secs=t1 - t0, windows=len(wins),
-                             done=len(done), carried=sum(w.state == "carried" for w in wins), lat=lat, work=work, cpu=cpu, fleet=fleet,
+                             done=len(done), carried=sum(w.state == "carried" for w in wins), lat=lat,
+                             work=work, cpu=cpu, fleet=fleet,
                              err=sim.stderr.strip().splitlines()[-1:] if sim.returncode else []))
     finally:
         for p in (an, cs):
