@@ -10,19 +10,10 @@ demo: setup
 test: setup
 	@bash scripts/test.sh
 
-# The benchmarks `make bench` runs, in order; each prints its table with a baseline measured in
-# the same run (bench/README.md). Add a benchmark by adding its line.
-BENCHES = \
-	bench/sampler.py \
-	bench/detection.py \
-	bench/smooth.py \
-	bench/ingest.py \
-	bench/simulator.py
-
+# Every benchmark of bench/, one after the other (bench/suite.py lists them with their sizes);
+# each prints its table with a baseline measured in the same run (bench/README.md).
 bench: setup
-	@status=0; for b in $(BENCHES); do \
-		echo "## $$b"; echo; .venv/bin/python $$b || status=1; echo; \
-	done; exit $$status
+	@.venv/bin/python bench/suite.py
 
 clean:
 	rm -rf .venv .pytest_cache .hypothesis build *.egg-info

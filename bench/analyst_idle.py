@@ -74,11 +74,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(cmd: list[str], seconds: float, log: Path, env: dict[str, str] | None = None) -> float:
+def measure(cmd: list[str], seconds: float, log: Path, env: dict[str, str] | None = None,
+            warmup: float = 5.0) -> float:
     with open(log, "ab") as f:
         p = subprocess.Popen(cmd, stdout=f, stderr=f, env=env)
     try:
-        time.sleep(5)
+        time.sleep(warmup)
         if p.poll() is not None:
             raise SystemExit("bench: %s exited early (log: %s)" % (cmd[0:4], log))
         c0, t0 = cpu_seconds(p.pid), time.monotonic()
@@ -116,16 +117,21 @@ def per_poll(url: str) -> tuple[float, float]:
 
 
 def main() -> int:
+    global PENDING
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seconds", type=float, default=30.0, help="CPU measured over this many seconds (default 30)")
+    p.add_argument("--readings", type=int, default=PENDING,
+                   help="readings pending (default %d; fewer for a smoke run)" % PENDING)
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds before each measurement (default 5)")
     p.add_argument("--baseline-loop", metavar="URL", help=argparse.SUPPRESS)
     args = p.parse_args()
+    PENDING = args.readings
     if args.baseline_loop:
         baseline_loop(args.baseline_loop)
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="dpsense-bench-idle-"))
     try:
-        rows = run(tmp, args.seconds)
+        rows = run(tmp, args.seconds, args.warmup)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("\n%d readings pending, window %d readings, SQLite; %s, Python %s, %d CPUs, load %.2f\n"
@@ -139,7 +145,7 @@ def main() -> int:
     return 0
 
 
-def run(tmp: Path, seconds: float) -> list[tuple[str, float | None, float]]:
+def run(tmp: Path, seconds: float, warmup: float = 5.0) -> list[tuple[str, float | None, float]]:
     url = "sqlite:///%s" % (tmp / "analyst.db")
     print("bench: filling %s with %d readings" % (url, PENDING), file=sys.stderr, flush=True)
     fill(url)
@@ -157,7 +163,7 @@ def run(tmp: Path, seconds: float) -> list[tuple[str, float | None, float]]:
                 ("`dpsense analyst --no-ingest` (detection loop)", dpsense + ["--no-ingest"], new_poll),
                 ("`dpsense analyst` (with its ingest threads)", dpsense, None)):
             print("bench: %s, %g s" % (name, seconds), file=sys.stderr, flush=True)
-            rows.append((name, poll, measure(cmd, seconds, tmp / "bench.log", env)))
+            rows.append((name, poll, measure(cmd, seconds, tmp / "bench.log", env, warmup)))
     return rows
 
 

@@ -280,13 +280,19 @@ def secure_rows(w: dict[str, object], n: int, sort_ms: float, rounds: int) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
+    global N
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="20 repetitions instead of 100")
     ap.add_argument("--repeats", type=int, help="timed calls per cell (default 100, --quick 20)")
     ap.add_argument("--secure-only", action="store_true", help="only the mode secure rows")
-    ap.add_argument("--secure-n", type=int, default=N, help="rows for mode secure (default %d)" % N)
+    ap.add_argument("--secure-n", type=int, default=N, help="rows for mode secure (default %d, at most --size)" % N)
     ap.add_argument("--secure-rounds", type=int, default=1, help="rounds over MQTT (default 1)")
+    ap.add_argument("--size", type=int, default=N,
+                    help="records per window (default %d; a smaller one for a smoke run)" % N)
+    ap.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 0.5, 1.0],
+                    help="the windows' epsilon (default 0.1 0.5 1); mode secure runs on the first")
     args = ap.parse_args(argv)
+    N = args.size
     repeats = args.repeats or (20 if args.quick else 100)
     cfg = Paper1Config(n=N)
 
@@ -295,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     sort_ms, sort_p90 = median_ms(lambda: np.sort(floats), repeats)
     if args.secure_only:
         print("numpy.sort of %d floats: median %.3f ms (p90 %.3f ms)" % (N, sort_ms, sort_p90))
-        secure_rows(window(cfg, 0.1), min(args.secure_n, N), sort_ms, args.secure_rounds)
+        secure_rows(window(cfg, args.epsilons[0]), min(args.secure_n, N), sort_ms, args.secure_rounds)
         return 0
     tokens = msg.tokens_field([rng.bytes(msg.TOKEN_SIZE) for _ in range(N)])
 
@@ -305,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| ε | abs(O') | paper, 2017 ms | paper, never-worse ms | bands: A ms | bands: CS ms | bands ms (p90) "
           "| ÷ numpy.sort: 2017 / never-worse / bands | messages KB: paper / bands |")
     print("|---:|---:|---:|---:|---:|---:|---:|---|---|")
-    for eps in (0.1, 0.5, 1.0):
+    for eps in args.epsilons:
         w = window(cfg, eps)
         d, dist, dist_mean, presumed = w["d_diff"], w["dist"], w["dist_mean"], w["presumed"]
         recon, _ = median_ms(lambda: run_protocol(d, dist_mean, presumed, w["recon"]), repeats)
@@ -319,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         print("| %g | %d | %.2f | %.2f | %.2f | %.2f | %.2f (%.2f) | %.1f / %.1f / %.1f | %.0f / %.0f |"
               % (eps, presumed.size, recon, nw, a_ms, cs_ms, both, both_p90, recon / sort_ms, nw / sort_ms,
                  both / sort_ms, kb_paper / 1024, kb_bands / 1024))
-        if eps == 0.1:
+        if eps == args.epsilons[0]:
             w01 = w
     secure_rows(w01, min(args.secure_n, N), sort_ms, args.secure_rounds)
     noise_table(w, [rng.bytes(msg.TOKEN_SIZE) for _ in range(N)], sort_ms, repeats)

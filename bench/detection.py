@@ -126,7 +126,7 @@ def worker(detector: str, epsilon: float, n: int, jobs: int) -> dict:
 
 def run(detector: str, epsilon: float, n: int, jobs: int) -> dict:
     proc = subprocess.run([sys.executable, __file__, "--worker", detector, "--epsilon", repr(epsilon),
-                           "--n", str(n), "--jobs", str(jobs)],
+                           "--n", str(n), "--jobs", str(jobs), "--size", str(N)],
                           capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         return {"error": "exit %d: %s" % (proc.returncode, proc.stderr.strip().splitlines()[-1:])}
@@ -143,6 +143,7 @@ def mean_neighbours(epsilon: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global N
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sklearn-budget-mb", type=float, default=1000.0,
                     help="largest estimated neighbourhood memory to give scikit-learn (default 1000)")
@@ -150,7 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker", choices=tuple(DETECTORS), help=argparse.SUPPRESS)
     ap.add_argument("--epsilon", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--size", type=int, default=N,
+                    help="readings per window (default %d; a smaller one for a smoke run)" % N)
+    ap.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 0.5, 1.0],
+                    help="the windows' epsilon (default 0.1 0.5 1)")
     args = ap.parse_args(argv)
+    N = args.size
     if args.worker:
         print(json.dumps(worker(args.worker, args.epsilon, args.n, args.jobs)))
         return 0
@@ -173,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                  res["outliers"], same), flush=True)
 
     notes, worst_s, worst_mb, all_same = [], 0.0, 0.0, True
-    for eps in (0.1, 0.5, 1.0):
+    for eps in args.epsilons:
         ours = run("ours", eps, N, args.jobs)
         row(eps, N, "ours", ours, None)
         if "error" in ours:

@@ -34,7 +34,7 @@ def main() -> None:
             dev = n % a.devices
             tok = n.to_bytes(8, "little")
             sealed.append(sealers[dev].seal(dev + 1, 1, n // a.devices, n // a.devices, tok, n - 5000))
-            plain.append(wire.encode_correction(tok, n - 5000))
+            plain.append(wire.encode_correction(dev + 1, 1, n // a.devices, tok, n - 5000))
         t0 = time.perf_counter()
         for p in plain:
             classify_correction(CORRECTIONS, p, 0.0)

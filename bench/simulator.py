@@ -7,7 +7,11 @@ messages per reading), nobody subscribed. Rows:
 * baseline: one paho client per device, each with its network thread (``loop_start``), all in
   one process: the shape of the fleet publisher before cloud/sim/fleetpub.py;
 * ``FleetPublisher`` (cloud/sim/fleetpub.py) with 1, 2, ... worker processes, each driving its
-  devices' connections from one thread.
+  devices' connections from one thread, publishing records encoded before the clock starts;
+* the same with the work of ``dpsense simulate --rate``: its main process perturbs, tokenises,
+  seals and encodes (``FleetEncoder`` with the devices' keys, cloud/sim/simulate.py) block by
+  block, 1,000 readings a block, handing each block to the workers while they publish the last;
+* encode only: ``FleetEncoder`` alone on the same data, no broker (what the rows above add).
 The clock runs from the first publish to the last PUBACK; connecting is not timed.
 ``--rounds`` runs every row that many times, rotating their order, and the table shows medians;
 the CPU column is the publisher's CPU time per message (this process, and the workers' once
@@ -26,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
@@ -36,7 +41,10 @@ from dpsense.cloud.deploy.broker import Broker, free_port  # noqa: E402
 from dpsense.cloud.deploy.config import Settings  # noqa: E402
 from dpsense.cloud.sim.datasets import paper1_synthetic  # noqa: E402
 from dpsense.cloud.sim.calibration import calibrate  # noqa: E402
-from dpsense.cloud.sim.simulate import Encoded, FleetPublisher, encode_fleet  # noqa: E402
+from dpsense.cloud.correction.sealed import provision_keys  # noqa: E402
+from dpsense.cloud.sim.simulate import Encoded, FleetEncoder, FleetPublisher, encode_fleet  # noqa: E402
+
+BLOCK = 1000
 
 
 def threaded_baseline(broker: Broker, passwords: dict[str, str], enc: Encoded, devices: int) -> float:
@@ -75,12 +83,44 @@ def threaded_baseline(broker: Broker, passwords: dict[str, str], enc: Encoded, d
 
 
 def fleet(settings: Settings, passwords: dict[str, str], enc: Encoded, devices: int, processes: int) -> float:
-    pub = FleetPublisher(settings, passwords, devices, processes=processes)
+    pub = FleetPublisher(settings, passwords, devices, processes=processes, commit_timeout_s=3600.0)
     pub.connect()
     try:
-        return pub.publish(enc)
+        return pub.publish(enc, wait="broker")
     finally:
         pub.close()
+
+
+def new_encoder(x: np.ndarray, devices: int, keydir: Path) -> FleetEncoder:
+    return FleetEncoder(calibrate(x, "0.5", 0.01), devices, None, 1,
+                        keys=provision_keys(keydir, list(range(1, devices + 1))))
+
+
+def fleet_encoding(settings: Settings, passwords: dict[str, str], x: np.ndarray, devices: int, processes: int,
+                   keydir: Path) -> float:
+    """As ``dpsense simulate --rate`` at full speed: encode a block, hand it out, encode the next."""
+    enc = new_encoder(x, devices, keydir)
+    pub = FleetPublisher(settings, passwords, devices, processes=processes, commit_timeout_s=3600.0)
+    pub.connect()
+    try:
+        start = pub.acked
+        t0 = time.perf_counter()
+        for i in range(0, len(x), BLOCK):
+            b = enc.encode(x[i:i + BLOCK])
+            pub.stream_records([(int(d), r, c) for d, r, c in zip(b.device_ids, b.readings, b.corrections)])
+        while pub.acked - start < 2 * len(x):
+            time.sleep(0.002)
+        return time.perf_counter() - t0
+    finally:
+        pub.close()
+
+
+def encode_only(x: np.ndarray, devices: int, keydir: Path) -> float:
+    enc = new_encoder(x, devices, keydir)
+    t0 = time.perf_counter()
+    for i in range(0, len(x), BLOCK):
+        enc.encode(x[i:i + BLOCK])
+    return time.perf_counter() - t0
 
 
 def _cpu() -> float:
@@ -103,8 +143,12 @@ def main() -> int:
     passwords = broker.add_devices(list(range(1, args.devices + 1)))
     data = paper1_synthetic(args.n, 220, seed=1)
     enc = encode_fleet(data.x, calibrate(data.x, "0.5", 0.01), args.devices, seed=None)
-    names = ["baseline: %d paho clients with loop_start, one process" % args.devices] + [
-        "FleetPublisher, %d worker process%s" % (p, "" if p == 1 else "es") for p in args.processes]
+    procs = ["%d worker process%s" % (p, "" if p == 1 else "es") for p in args.processes]
+    names = (["baseline: %d paho clients with loop_start, one process, pre-encoded" % args.devices]
+             + ["FleetPublisher, %s, pre-encoded" % p for p in procs]
+             + ["FleetPublisher, %s, perturb + seal + encode in the loop (simulate --rate)" % p for p in procs]
+             + ["encode only: perturb + seal + encode, no broker"])
+    k = len(args.processes)
     secs: list[list[float]] = [[] for _ in names]
     cpus: list[list[float]] = [[] for _ in names]
     load_before = os.getloadavg()
@@ -115,8 +159,13 @@ def main() -> int:
                 c0 = _cpu()
                 if i == 0:
                     t = threaded_baseline(broker, passwords, enc, args.devices)
-                else:
+                elif i <= k:
                     t = fleet(settings, passwords, enc, args.devices, args.processes[i - 1])
+                elif i <= 2 * k:
+                    t = fleet_encoding(settings, passwords, data.x, args.devices, args.processes[i - 1 - k],
+                                       tmp / ("keys-%d-%d" % (r, i)))
+                else:
+                    t = encode_only(data.x, args.devices, tmp / ("keys-%d-%d" % (r, i)))
                 secs[i].append(t)
                 cpus[i].append(_cpu() - c0)
     load_after = os.getloadavg()
@@ -124,14 +173,15 @@ def main() -> int:
     med = [statistics.median(v) for v in secs]
     print("\nFleet simulator: %d readings (+%d correction records) from %d devices, QoS 1, every PUBACK "
           "awaited, nobody subscribed (median of %d)\n" % (n, n, args.devices, args.rounds))
-    print("| publisher | seconds | readings/s | messages/s | vs baseline | CPU µs/message |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, t, c in zip(names, med, cpus):
-        print("| %s | %.2f | %.0f | %.0f | %.1fx | %.1f |"
-              % (name, t, n / t, 2 * n / t, med[0] / t, 1e6 * statistics.median(c) / (2 * n)))
+    print("| publisher | seconds | readings/s | messages/s | vs baseline | vs pre-encoded, same workers "
+          "| CPU µs/message |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for i, (name, t, c) in enumerate(zip(names, med, cpus)):
+        same = "%.2fx" % (med[i - k] / t) if k < i <= 2 * k else "-"
+        print("| %s | %.2f | %.0f | %.0f | %.2fx | %s | %.1f |"
+              % (name, t, n / t, 2 * n / t, med[0] / t, same, 1e6 * statistics.median(c) / (2 * n)))
     print("\nall runs (readings/s): %s" % "; ".join(
-        "%s: %s" % (name.split(",")[-1].strip(), " ".join("%.0f" % (n / t) for t in v))
-        for name, v in zip(names, secs)))
+        "row %d: %s" % (i + 1, " ".join("%.0f" % (n / t) for t in v)) for i, v in enumerate(secs)))
     print("load average (1, 5, 15 min): before %.1f %.1f %.1f; after %.1f %.1f %.1f"
           % (*load_before, *load_after))
     return 0

@@ -67,7 +67,7 @@ def main():
         s.seal_into(buf, 7, 1, i, nonce[0], TOKEN, -1234)
 
     def clear(i):
-        wire.encode_correction_into(plain, TOKEN, -1234)
+        wire.encode_correction_into(plain, 7, 1, i, TOKEN, -1234)
 
     heap_s, heap_p = heap_per_call(sealed), heap_per_call(clear)
     # Alternated and the best of three each: the machine is shared, noise only adds time.

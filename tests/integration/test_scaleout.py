@@ -9,6 +9,7 @@ once, and every window is scored once."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -297,3 +298,116 @@ def test_a_retired_worker_stores_its_queued_share_and_gets_no_more(tmp_path: Pat
     taken = {s for s in range(30) if any(p == encode_reading(7, 1, s, bytes([s]) * 8, 1, (s, -s)) for _, p in got)}
     assert len(got) == len(taken) == 20 and taken >= set(range(20, 30))  # all later readings went to worker 1
     assert stored == set(range(20)) - taken and len(stored) == 10        # worker 2's queued share, stored once
+
+
+# -- docs/scale-out.md's command lines for 20,000 readings/s, at a reduced rate ------------------
+
+SCALE_DOC = ROOT / "docs" / "scale-out.md"
+BLOCK_MARK = "<!-- the command lines tests/integration/test_scaleout.py runs at a reduced rate -->"
+#: What the reduced run changes in the documented lines, and only this: the rate, the length of
+#: the run, the fleet, the windows and the lease. Every other option runs as documented.
+REDUCED = {"--rate": "240", "--duration": "8", "--devices": "16", "--window": "4s", "--lease": "3"}
+
+
+def scale_out_commands() -> list[list[str]]:
+    """The documented lines, as argument lists (without the leading ``dpsense``), in order."""
+    text = SCALE_DOC.read_text()
+    assert text.count(BLOCK_MARK) == 1, "docs/scale-out.md lost its marked block of command lines"
+    block = text.split(BLOCK_MARK, 1)[1].split("```", 2)[1]
+    cmds = []
+    for line in block.splitlines()[1:]:
+        line = line.split("#", 1)[0].strip()
+        if line:
+            args = shlex.split(line)
+            assert args[0] == "dpsense", line
+            cmds.append(args[1:])
+    return cmds
+
+
+def reduced(args: list[str]) -> list[str]:
+    out = list(args)
+    for i, a in enumerate(out[:-1]):
+        if a in REDUCED:
+            out[i + 1] = REDUCED[a]
+    return out
+
+
+def test_the_documented_lines_are_the_20k_installation() -> None:
+    """What the guide promises of its lines: 20,000 readings/s, several workers of each role on PostgreSQL."""
+    cmds = scale_out_commands()
+    sim = [c for c in cmds if c[0] == "simulate"]
+    assert len(sim) == 1 and sim[0][sim[0].index("--rate") + 1] == "20000"
+    count = {k: sum(1 for c in cmds if c[:3] == ["ingest", "--role", k]) for k in ("analyst", "correction")}
+    assert count["analyst"] >= 2 and count["correction"] >= 2, count
+    assert sum(c[0] == "analyst" for c in cmds) >= 2 and sum(c[0] == "correction-server" for c in cmds) >= 2
+    for c in cmds:
+        if c[0] in ("ingest", "analyst", "correction-server"):
+            assert "--worker" in c and "--password-file" in c, c
+        if c[0] in ("analyst", "correction-server"):
+            assert "--no-ingest" in c, c
+    # The workers' numbers fit the accounts the add-account lines make.
+    made = {c[2]: int(c[c.index("--workers") + 1]) for c in cmds if c[:2] == ["broker", "add-account"]}
+    for c in cmds:
+        if "--worker" in c:
+            role = "correction" if c[0] == "correction-server" or "correction" in c else "analyst"
+            assert int(c[c.index("--worker") + 1]) <= made[role], c
+
+
+def test_the_documented_20k_lines_run_at_a_reduced_rate(tmp_path: Path, postgres_url: str) -> None:
+    from tests.pgserver import create_database
+    cmds = [reduced(c) for c in scale_out_commands()]
+    data = tmp_path / "data"
+    broker = Broker(data, port=free_port())
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DPSENSE_DATA_DIR=str(data), DPSENSE_BROKER_PORT=str(broker.port),
+               DPSENSE_ANALYST_DB=create_database(postgres_url, "doc_analyst"),
+               DPSENSE_CORRECTION_DB=create_database(postgres_url, "doc_correction"))
+    env.pop("DPSENSE_BROKER_PASSWORD", None)
+
+    def cli(args: list[str], name: str) -> subprocess.Popen[bytes]:
+        with open(tmp_path / ("%s.log" % name), "ab") as log:
+            return subprocess.Popen([sys.executable, "-m", "dpsense.cloud.cli", *args], cwd=tmp_path, env=env,
+                                    stdout=log, stderr=log)
+
+    def log(name: str) -> str:
+        return (tmp_path / ("%s.log" % name)).read_text()
+
+    for k, c in enumerate(c for c in cmds if c[0] == "broker"):
+        assert cli(c, "setup-%d" % k).wait(60) == 0, log("setup-%d" % k)
+    devices = int(REDUCED["--devices"])
+    for d in range(1, devices + 1):                 # as the guide's provisioning loop
+        assert main(["broker", "add-device", str(d), "--group", "hall-%d" % (d % 4), "--data-dir", str(data)]) == 0
+    services: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        broker.start()
+        # An analyst claims its groups once their readings arrive; before that it says its windows.
+        ready = {"analyst": "analyst: windows of"}
+        kinds: set[str] = set()
+        for c in cmds:
+            if c[0] in ("ingest", "analyst", "correction-server"):
+                role = [x for x in c[:3] if not x.startswith("-") and not x.isdigit()]
+                name = "%s-%s" % ("-".join(role), c[c.index("--worker") + 1])
+                services[name] = cli(c, name)
+                if name.rsplit("-", 1)[0] not in kinds:     # the first of its kind makes its tables
+                    kinds.add(name.rsplit("-", 1)[0])
+                    assert _wait(lambda: ready.get(c[0], "subscribed to") in log(name), 60), log(name)
+        assert _wait(lambda: all(p.poll() is None and ready.get(n.split("-")[0], "subscribed to") in log(n)
+                                 for n, p in services.items()), 60), \
+            {n: log(n)[-400:] for n, p in services.items() if p.poll() is not None}
+        sim = cli(next(c for c in cmds if c[0] == "simulate"), "simulate")
+        assert sim.wait(120) == 0, log("simulate")
+        total = int(float(REDUCED["--rate"]) * float(REDUCED["--duration"]))
+        url_a, url_c = env["DPSENSE_ANALYST_DB"], env["DPSENSE_CORRECTION_DB"]
+
+        def settled() -> bool:
+            with open_analyst_store(url_a) as a:
+                counts = a.window_counts()
+                return a.count() == total and counts["closed"] + counts["held"] == 0 and counts["done"] >= 1
+        assert _wait(settled, 60), {n: log(n)[-400:] for n in services if not n.startswith("ingest-")}
+        with open_analyst_store(url_a) as a, open_correction_store(url_c) as c:
+            assert len(set(a.token_array().tolist())) == total and c.count() == total
+            assert sum(g.missing for g in a.gaps()) == 0
+        assert all(p.poll() is None for p in services.values()), "a documented service exited"
+    finally:
+        for p in services.values():
+            stop(p)
+        broker.stop()
