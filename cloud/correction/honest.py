@@ -208,6 +208,7 @@ def digest(*parts: object) -> bytes:
     return h.digest()
 
 
+_LEDGER_SCHEMA_LOCK = 0x6470_7365_0000_0010    # advisory lock key: "dpse" + a number (storage/postgres.py)
 _TABLES = (
     # window_id: "window" is a reserved word in PostgreSQL.
     ("dpsense_round_windows", "window_id {int} PRIMARY KEY, mode text NOT NULL, tokens {blob} NOT NULL, "
@@ -265,6 +266,10 @@ class RoundLedger:
             self._db.execute("PRAGMA synchronous=NORMAL")
             types = _TYPES["sqlite"]
         with self._lock:
+            if self.shared:
+                # Correction servers started together: CREATE TABLE IF NOT EXISTS is not atomic in
+                # PostgreSQL (the second may fail on the catalog), so they take turns.
+                self._x("SELECT pg_advisory_xact_lock(?)", (_LEDGER_SCHEMA_LOCK,))
             for name, cols in _TABLES:
                 self._x("CREATE TABLE IF NOT EXISTS %s (%s)" % (name, cols.format(**types)))
             self._db.commit()

@@ -285,6 +285,32 @@ def shared_ledger(request, tmp_path):
                            .replace("-", "_"))
 
 
+def test_servers_started_together_on_a_fresh_ledger_all_open_it(shared_ledger):
+    """Eight correction servers opening one new ledger at the same moment: each gets it (in
+    PostgreSQL, CREATE TABLE IF NOT EXISTS run side by side can fail on the catalog)."""
+    import threading
+    start = threading.Barrier(8)
+    opened: list[RoundLedger] = []
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        start.wait()
+        try:
+            opened.append(RoundLedger(shared_ledger))
+        except BaseException as e:          # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(opened) == 8, errors
+    assert opened[0].claim(1, "correction-1") and not opened[7].claim(1, "correction-8")
+    for led in opened:
+        led.close()
+
+
 def test_two_servers_on_one_ledger_answer_a_round_once(shared_ledger):
     one, two = RoundLedger(shared_ledger), RoundLedger(shared_ledger)
     assert one.claim(7, "correction-1") and not two.claim(7, "correction-2")
