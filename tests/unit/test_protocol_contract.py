@@ -10,6 +10,7 @@ from dpsense.cloud.transport import topics
 from dpsense.cloud.deploy.broker import _acl_text
 from dpsense.cloud.analyst.devices import MAX_STATUS_BYTES, classify_status
 from dpsense.cloud.transport.gateway.relay import Gateway
+from dpsense.cloud.ingest import acks
 from dpsense.cloud.ingest.classify import classify_correction, classify_reading
 from dpsense.cloud.storage import open_analyst_store, open_correction_store
 from dpsense.cloud.storage.repository import DeadLetter, Gap
@@ -177,8 +178,8 @@ def test_the_poll_transcript_is_what_the_gateway_answers() -> None:
                 gw.acked(1)
                 gw.acked(2)
                 for of in (wire.KIND_READING, wire.KIND_CORRECTION):
-                    for m in wire.encode_acks(of, 7, 1, [(42, 42)]):
-                        gw.committed(m)
+                    for topic, m in acks.messages(of, [(7, 1, 42)]):
+                        gw.committed(m, topic)
             gw.feed(text.encode() + b"\n")
             answers.append(gw.take_replies())
         else:

@@ -95,10 +95,11 @@ class Gateway:
     def acked(self, mid: int | None = None) -> None:
         self.acks.broker_acked(mid)
 
-    def committed(self, payload: bytes) -> None:
-        """An acknowledgement from the cloud on the device's topic (docs/protocol.md 3.1)."""
+    def committed(self, payload: bytes, topic: str) -> None:
+        """An acknowledgement from the cloud on the device's ``topic`` of its kind (docs/protocol.md
+        3.1): one of the other kind than the topic names is ignored, as a board ignores it."""
         try:
-            of, device_id, boot_id, ranges = wire.decode_ack(payload)
+            of, device_id, boot_id, ranges = wire.decode_ack(payload, topic)
         except wire.ProtocolError as e:
             self.log("gateway: acknowledgement ignored: %s" % e)
             return

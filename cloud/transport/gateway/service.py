@@ -55,7 +55,7 @@ def run(port: str, device_id: int, host: str, port_no: int, password: str,
     gw = Gateway(device_id, lambda t, p: client.publish(t, p, qos=1).mid, log)
     client.on_connect = on_connect
     client.on_publish = lambda c, userdata, mid, reason, props: gw.acked(mid)
-    client.on_message = lambda c, userdata, msg: gw.committed(bytes(msg.payload))
+    client.on_message = lambda c, userdata, msg: gw.committed(bytes(msg.payload), msg.topic)
     client.connect(host, port_no, keepalive=keepalive)
     client.loop_start()
     src = None
