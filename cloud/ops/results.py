@@ -67,6 +67,9 @@ class DeviceRow:
     set_apart: int = 0            # readings set apart from their windows (another column count or config_id)
     round_readings: int = 0       # readings in windows that ran a correction round
     eps_a: Fraction | None = None
+    # Publishes of the device the broker refused, as its gateway's latest "refused" status says
+    # (the gateway's count since it started; a board's own MQTT 3.1.1 connection cannot see one).
+    refused: int = 0
 
 
 @dataclass(frozen=True)
@@ -180,14 +183,19 @@ def devices(store: AnalystStore, epsilon_a: Fraction = Fraction(1)) -> list[Devi
         boots.setdefault(b.device_id, {})[b.boot_id] = (b.readings, b.last_seen)
     latest: dict[int, tuple[float, dict[str, object]]] = {}
     boot_eps: dict[tuple[int, int], Fraction] = {}
+    refused: dict[int, int] = {}
     for s in store.latest_statuses():
+        if s.fields.get("event") == "refused":
+            # A gateway's count (no boot: its own row of latest_statuses), not the board's state.
+            refused[s.device_id] = refused.get(s.device_id, 0) + (_int(s.fields.get("refused")) or 0)
+            continue
         if s.device_id not in latest or s.received_at >= latest[s.device_id][0]:
             latest[s.device_id] = (s.received_at, s.fields)
         er = _fraction(s.fields.get("eps_record"))
         if s.boot_id is not None and er is not None:
             boot_eps[(s.device_id, s.boot_id)] = er
     rows = []
-    for d in sorted(set(groups) | set(boots) | set(latest) | set(apart)):
+    for d in sorted(set(groups) | set(boots) | set(latest) | set(apart) | set(refused)):
         at, fields = latest.get(d, (None, {}))
         er = _fraction(fields.get("eps_record"))
         total: Fraction | None = Fraction(0) if d in boots else None
@@ -205,7 +213,7 @@ def devices(store: AnalystStore, epsilon_a: Fraction = Fraction(1)) -> list[Devi
             ledger_window=_int(fields.get("window")), eps_window=_fraction(fields.get("spent")),
             cap=_fraction(fields.get("cap")), eps_total=total, status_event=_str(fields.get("event")),
             status_at=at, set_apart=apart.get(d, 0), round_readings=in_rounds.get(d, 0),
-            eps_a=_fraction(fields.get("eps_a"))))
+            eps_a=_fraction(fields.get("eps_a")), refused=refused.get(d, 0)))
     return rows
 
 

@@ -110,7 +110,8 @@ POSTGRES_V4 = ("ALTER TABLE windows ADD COLUMN fit text",)
 # Fields of a board's status message the analyst keeps (firmware/app.py, cloud/transport/gateway/);
 # anything else in a status message is dropped, so nothing a board adds by mistake is stored.
 STATUS_FIELDS = ("event", "device", "boot", "board", "entropy", "eps_record", "eps_record_worst", "eps_a",
-                 "window", "spent", "cap", "withheld", "released", "dropped", "pending", "sensor", "mem_free")
+                 "window", "spent", "cap", "withheld", "released", "dropped", "pending", "sensor", "mem_free",
+                 "refused", "reason")
 
 
 def _majority(widths: list[int]) -> int:

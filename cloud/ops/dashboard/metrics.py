@@ -70,7 +70,9 @@ class SourceCollector(Collector):
                ("eps_window", GaugeMetricFamily, "dpsense_device_epsilon_window",
                 "Epsilon the board's ledger spent in its current window, as its latest status said."),
                ("cap", GaugeMetricFamily, "dpsense_device_epsilon_window_cap",
-                "The board's ledger cap per window, as its latest status said.")]
+                "The board's ledger cap per window, as its latest status said."),
+               ("refused", CounterMetricFamily, "dpsense_device_publishes_refused",
+                "Publishes of the device the broker refused, as its gateway reported them.")]
         rows = src.devices()
         for attr, kind, name, doc in dev:
             family = kind(name, doc, labels=["device", "group"])
