@@ -116,7 +116,7 @@ class Installation:
         self.procs[name] = p
         return p
 
-    def _ready(self, name: str, role: str, args: Sequence[str], line: str, timeout: float = 60) -> None:
+    def _ready(self, name: str, role: str, args: Sequence[str], line: str, timeout: float = 180) -> None:
         before = self.log(name).count(line)
         self._spawn(name, role, args)
         if not _wait(lambda: self.log(name).count(line) > before, timeout):
