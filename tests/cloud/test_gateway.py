@@ -424,3 +424,16 @@ def test_an_acknowledgement_on_the_other_kind_s_topic_is_ignored():
     gw.committed(correction_ack, "dpsense/ack/d7/c")
     gw.feed(b"!\n")
     assert gw.take_replies() == b"!" + TOKEN.hex().encode() + b"\n!\n"
+
+
+def test_a_refused_publish_is_counted_and_reported_on_the_status_topic_once():
+    gw, pubs, logs = _tracking()
+    gw.feed(frame(READING))                               # message id 1
+    gw.refused("Not authorized", 1)
+    assert gw.stats.refused == 1 and len(pubs) == 2
+    topic, payload = pubs[1]
+    assert topic == "dpsense/status/d7"
+    assert json.loads(payload) == {"event": "refused", "device": 7, "refused": 1, "reason": "Not authorized"}
+    gw.refused("Not authorized", 2)                       # the report itself refused: counted, not re-reported
+    assert gw.stats.refused == 2 and len(pubs) == 2
+    assert sum("refused a publish of d7" in line for line in logs) == 2
