@@ -116,30 +116,37 @@ class Installation:
         self.procs[name] = p
         return p
 
-    def _ready(self, name: str, role: str, args: Sequence[str], line: str, timeout: float = 180) -> None:
+    def _ready(self, name: str, role: str, args: Sequence[str], line: str, wait: bool = True,
+               timeout: float = 180) -> Callable[[], None]:
+        """Start a service; return the wait for its log's ``line`` (already waited for with ``wait``)."""
         before = self.log(name).count(line)
         self._spawn(name, role, args)
-        if not _wait(lambda: self.log(name).count(line) > before, timeout):
-            raise RuntimeError("%s did not start: %s" % (name, self.tail(name)))
 
-    def ingest(self, role: str) -> None:
-        self._ready("%s-ingest" % role, role, ["ingest", "--role", role, "--batch-size", "200"],
-                    "ingest: subscribed")
+        def ready() -> None:
+            if not _wait(lambda: self.log(name).count(line) > before, timeout):
+                raise RuntimeError("%s did not start: %s" % (name, self.tail(name)))
+        if wait:
+            ready()
+        return ready
 
-    def analyst(self) -> None:
-        self._ready("analyst", "analyst", ["analyst", "--no-ingest", "--window", str(self.window),
-                                           "--dbscan-min-samples", "10", "--round-timeout", "5",
-                                           "--flush-idle", "3"], "analyst: windows of")
+    def ingest(self, role: str, wait: bool = True) -> Callable[[], None]:
+        return self._ready("%s-ingest" % role, role, ["ingest", "--role", role, "--batch-size", "200"],
+                           "ingest: subscribed", wait)
 
-    def correction_server(self) -> None:
-        self._ready("correction", "correction", ["correction-server", "--no-ingest"],
-                    "correction server: subscribed")
+    def analyst(self, wait: bool = True) -> Callable[[], None]:
+        return self._ready("analyst", "analyst", ["analyst", "--no-ingest", "--window", str(self.window),
+                                                  "--dbscan-min-samples", "10", "--round-timeout", "5",
+                                                  "--flush-idle", "3"], "analyst: windows of", wait)
+
+    def correction_server(self, wait: bool = True) -> Callable[[], None]:
+        return self._ready("correction", "correction", ["correction-server", "--no-ingest"],
+                           "correction server: subscribed", wait)
 
     def start(self) -> None:
-        self.correction_server()
-        self.ingest("analyst")
-        self.ingest("correction")
-        self.analyst()
+        # Side by side: each is its own process and account; the fleet starts once all are up.
+        for ready in [self.correction_server(False), self.ingest("analyst", False),
+                      self.ingest("correction", False), self.analyst(False)]:
+            ready()
 
     def simulate(self, readings: int, rate: float, seed: int) -> subprocess.Popen[bytes]:
         return self._spawn("simulate", "analyst", [
