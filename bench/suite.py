@@ -34,6 +34,8 @@ class Bench:
     full: tuple[str, ...]
     tiny: tuple[str, ...]
     micropython: bool = False           # runs under the MicroPython unix port, not CPython
+    # The test that already runs it at a reduced size in make test: --tiny skips it, not to run it twice.
+    tested_by: str = ""
 
 
 BENCHES = (
@@ -55,6 +57,7 @@ BENCHES = (
     Bench("firmware.py", (), ("--n", "20", "--no-qemu")),
     Bench("upy_seal.py", (), (), micropython=True),
     Bench("demo_loaded.py", ("--runs", "3", "--n", "20000"), ("--runs", "1", "--n", "1000", "--hog", "0")),
+    Bench("faults.py", ("--readings", "30000", "--runs", "10"), (), tested_by="tests/integration/test_faults.py"),
 )
 #: Run by another benchmark, never on their own.
 HELPERS = ("upy_sampler.py", "upy_firmware.py", "suite.py")
@@ -98,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def tiny(chosen: list[Bench], jobs: int) -> int:
     def one(b: Bench) -> tuple[Bench, int, float, float, str]:
+        if b.tested_by:
+            return b, 0, 0.0, 0.0, "run at a reduced size by %s" % b.tested_by
         cmd = command(b, True)
         if cmd is None:
             return b, 0, 0.0, 0.0, "skipped: no micropython binary"
@@ -114,6 +119,9 @@ def tiny(chosen: list[Bench], jobs: int) -> int:
     status = 0
     with ThreadPoolExecutor(max(1, jobs)) as pool:
         for b, rc, secs, cpu, out in pool.map(one, chosen):
+            if b.tested_by:
+                print("bench/%s: %s" % (b.script, out), flush=True)
+                continue
             print("bench/%s: %s in %.1f s (%.1f s CPU)" % (b.script, "ok" if rc == 0 else "FAILED (exit %d)" % rc,
                                                           secs, cpu), flush=True)
             if rc != 0:

@@ -8,8 +8,8 @@
 The caller chooses every packet id, so a message resent after a reconnect goes out
 with the same id, DUP set and the caller's stored payload bytes (the ring buffer's),
 never a re-encoded one. CONNECT uses clean_session=False: the broker keeps the
-session across connection losses. ``subscribe`` asks for one topic at QoS 0 (the cloud's
-acknowledgements); ``poll`` returns a message on it as ``(PUBLISH, payload)``.
+session across connection losses. ``subscribe`` asks for one topic filter at QoS 0 (the cloud's
+acknowledgements); ``poll`` returns a message on it as ``(PUBLISH, payload, topic)``.
 
 Every network problem is an ``OSError`` (``MQTTError`` is one): it leaves the client
 closed and the caller reconnects (firmware/uplink.py does, with backoff).
@@ -175,7 +175,7 @@ class MQTTClient:
 
     def poll(self):
         """One received packet as ``(type, packet id or 0)``, a QoS 0 message as
-        ``(PUBLISH, payload)``, or None if nothing is waiting."""
+        ``(PUBLISH, payload, topic)``, or None if nothing is waiting."""
         kind, body = self._read_packet(False)
         if kind is None:
             return None
@@ -183,7 +183,8 @@ class MQTTClient:
             # QoS 0 only (the subscription's): no packet id after the topic.
             if len(body) < 2:
                 raise MQTTError("PUBLISH with %d bytes" % len(body))
-            return (PUBLISH, body[2 + ((body[0] << 8) | body[1]):])
+            end = 2 + ((body[0] << 8) | body[1])
+            return (PUBLISH, body[end:], body[2:end])
         if kind == SUBACK:
             if len(body) != 3 or body[2] & 0x80:
                 raise MQTTError("subscription refused")

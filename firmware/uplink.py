@@ -1,7 +1,7 @@
 """Moves records from the ring buffer to the broker, and survives losing the broker.
 
     up = Uplink(client, ring, opener, b"dpsense/readings/d7", b"dpsense/status/d7",
-                b"dpsense/ack/d7", clock, rng)
+                b"dpsense/ack/d7/+", clock, rng)
     while True:
         up.service()          # connect when due, publish, read PUBACKs and acks, ping; never raises OSError
 
@@ -10,8 +10,8 @@ correction on the shared corrections topic. Their packet ids derive from the rec
 ordinal, so a resend reuses them. A PUBACK only says the broker has a message (Mosquitto
 writes its store asynchronously, so a broker crash can lose it): a record leaves the ring
 only when the cloud has *committed* both of its records, which each ingest says on the
-device's acknowledgement topic (docs/protocol.md 3.1; subscribed at QoS 0 on every
-connect). Until then it is resent from the ring's bytes, never re-encoded, with DUP set:
+device's acknowledgement topics, one per kind (docs/protocol.md 3.1; subscribed at QoS 0
+on every connect; an acknowledgement of the other kind than its topic's is ignored). Until then it is resent from the ring's bytes, never re-encoded, with DUP set:
 after every reconnect, and when the oldest record in the ring stayed unacknowledged for
 ``commit_timeout_ms`` although the broker had it (everything still pending from there is
 sent again; the cloud stores a record once and acknowledges duplicates).
@@ -123,7 +123,7 @@ class Uplink:
                     if got[0] == PUBACK:
                         moved = self._acked(got[1])
                     elif got[0] == PUBLISH:
-                        moved = self._committed(got[1])
+                        moved = self._committed(got[1], got[2])
                     else:
                         moved = False
                     if (moved or not self.inflight) and not self._healthy:
@@ -256,11 +256,12 @@ class Uplink:
             self._suspect_losses = 0
         return True
 
-    def _committed(self, payload):
+    def _committed(self, payload, topic):
         """An acknowledgement from the cloud: drop each acknowledged message from the ring;
-        True if the ring moved."""
+        True if the ring moved. One of another kind than its topic names is a bad one: each
+        ingest may publish only its own kind's topic (docs/protocol.md 3.1)."""
         try:
-            of, _, boot, ranges = wire.decode_ack(payload)
+            of, _, boot, ranges = wire.decode_ack(payload, topic)
         except ValueError:
             self.bad_acks += 1
             return False

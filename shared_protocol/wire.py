@@ -194,8 +194,13 @@ def encode_acks(of, device_id, boot_id, ranges):
     return out
 
 
-def decode_ack(buf):
-    """``(of, device_id, boot_id, ranges)`` from an acknowledgement message."""
+_ACK_SUFFIX = (None, b"/r", b"/c")       # by KIND_READING, KIND_CORRECTION: topics.ACK_READINGS, ...
+
+
+def decode_ack(buf, topic=None):
+    """``(of, device_id, boot_id, ranges)`` from an acknowledgement message; with the ``topic``
+    it arrived on (bytes or str), one of another kind than the topic's is refused: only the
+    analyst's ingest may publish on a reading acknowledgement topic (cloud/deploy/broker.py)."""
     kind = _head(buf)
     if kind != KIND_ACK:
         raise ProtocolError("not an acknowledgement (kind %d)" % kind)
@@ -204,6 +209,11 @@ def decode_ack(buf):
     _, _, of, n, device_id, boot_id = struct.unpack_from(ACK_HEAD, buf, 0)
     if of != KIND_READING and of != KIND_CORRECTION:
         raise ProtocolError("acknowledgement of unknown kind %d" % of)
+    if topic is not None:
+        if isinstance(topic, str):
+            topic = topic.encode()
+        if not topic.endswith(_ACK_SUFFIX[of]):
+            raise ProtocolError("acknowledgement of kind %d on another kind's topic" % of)
     if n < 1 or n > ACK_MAX_RANGES:
         raise ProtocolError("nranges %d out of range 1..%d" % (n, ACK_MAX_RANGES))
     if len(buf) != ACK_HEAD_SIZE + ACK_RANGE_SIZE * n:

@@ -152,11 +152,28 @@ class _Cluster:
                     done.returncode, done.stdout, done.stderr) + self.log_tail())
         raise AssertionError("unreachable")
 
+    def restart(self) -> None:
+        """A fast restart on the same port (pg_ctl keeps the options in postmaster.opts): every
+        session is cut, committed transactions stay."""
+        self.check("pg_ctl restart", "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-m", "fast", "-w",
+                   "-t", str(START_TIMEOUT_S), "restart")
+
     def stop(self) -> None:
         for mode in ("fast", "immediate"):
             done = self.run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", timeout=60)
             if done.returncode == 0 or not (self.data / "postmaster.pid").exists():
                 return
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running temporary server: its URL, and a restart for fault tests."""
+
+    url: str
+    _cluster: _Cluster
+
+    def restart(self) -> None:
+        self._cluster.restart()
 
 
 @contextmanager
@@ -166,6 +183,13 @@ def temporary_postgres(*, fsync: bool = True) -> Iterator[str]:
     ``fsync=False`` turns off the server's flushes to disk: faster, and fine for tests that never
     outlive the server, but it voids the durability a benchmark should measure.
     """
+    with temporary_server(fsync=fsync) as server:
+        yield server.url
+
+
+@contextmanager
+def temporary_server(*, fsync: bool = True) -> Iterator[Server]:
+    """``temporary_postgres``, yielding a ``Server`` that can also be restarted."""
     bindir = find_bindir()
     run_as = _run_as()
     root = Path(tempfile.mkdtemp(prefix="dpsense-pg-"))
@@ -174,7 +198,7 @@ def temporary_postgres(*, fsync: bool = True) -> Iterator[str]:
         password = secrets.token_hex(16)
         cluster.init(password, fsync)
         port = cluster.start()
-        yield "postgresql://%s:%s@127.0.0.1:%d/postgres" % (_USER, password, port)
+        yield Server("postgresql://%s:%s@127.0.0.1:%d/postgres" % (_USER, password, port), cluster)
     finally:
         try:
             if (cluster.data / "postmaster.pid").exists():

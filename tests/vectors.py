@@ -31,7 +31,7 @@ CORRECTION_V2 = bytes([
 ])
 CORRECTION_V2_FIELDS = (7, 1, 42, TOKEN, -1234)
 
-# Acknowledgement of committed readings (topic dpsense/ack/d7): device 7, boot 1, seqs 40..42
+# Acknowledgement of committed readings (topic dpsense/ack/d7/r): device 7, boot 1, seqs 40..42
 # and 45 (43 and 44 are not committed, so not acknowledged)
 #   02 version | 08 kind=ack | 01 of=readings | 02 nranges
 #   07 00 00 00 device_id=7 | 01 00 00 00 boot_id=1

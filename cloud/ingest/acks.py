@@ -44,7 +44,9 @@ def messages(of: int, keys: Iterable[Key]) -> list[tuple[str, bytes]]:
         by_boot[(device_id, boot_id)].append(seq)
     out = []
     for (device_id, boot_id), seqs in sorted(by_boot.items()):
-        topic = topics.ACK % (topics.DEVICE_USER % device_id)
+        # One topic per kind: the broker lets each ingest publish only its own (cloud/deploy/broker.py).
+        topic = (topics.ACK_READINGS if of == wire.KIND_READING else topics.ACK_CORRECTIONS) % (
+            topics.DEVICE_USER % device_id)
         for payload in wire.encode_acks(of, device_id, boot_id, wire.seq_ranges(seqs)):
             out.append((topic, payload))
     return out

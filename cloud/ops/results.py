@@ -72,6 +72,9 @@ class DeviceRow:
     # after the highest stored one of that boot: a lost tail (``tails``); None: no board said.
     tail_missing: int | None = None
     stopped: str | None = None    # the line the board stopped on (a config error), its latest status
+    # Publishes of the device the broker refused, as its gateway's latest "refused" status says
+    # (the gateway's count since it started; a board's own MQTT 3.1.1 connection cannot see one).
+    refused: int = 0
 
     @property
     def stopped_flag(self) -> int:
@@ -246,7 +249,12 @@ def devices(store: AnalystStore, epsilon_a: Fraction = Fraction(1)) -> list[Devi
         boots.setdefault(b.device_id, {})[b.boot_id] = (b.readings, b.last_seen)
     latest: dict[int, tuple[float, dict[str, object]]] = {}
     boot_eps: dict[tuple[int, int], Fraction] = {}
+    refused: dict[int, int] = {}
     for s in store.latest_statuses():
+        if s.fields.get("event") == "refused":
+            # A gateway's count (no boot: its own row of latest_statuses), not the board's state.
+            refused[s.device_id] = refused.get(s.device_id, 0) + (_int(s.fields.get("refused")) or 0)
+            continue
         if s.device_id not in latest or s.received_at >= latest[s.device_id][0]:
             latest[s.device_id] = (s.received_at, s.fields)
         er = _fraction(s.fields.get("eps_record"))
@@ -256,7 +264,7 @@ def devices(store: AnalystStore, epsilon_a: Fraction = Fraction(1)) -> list[Devi
     for t in tails(store):
         lost[t.device_id] = lost.get(t.device_id, 0) + t.missing
     rows = []
-    for d in sorted(set(groups) | set(boots) | set(latest) | set(apart)):
+    for d in sorted(set(groups) | set(boots) | set(latest) | set(apart) | set(refused)):
         at, fields = latest.get(d, (None, {}))
         er = _fraction(fields.get("eps_record"))
         total: Fraction | None = Fraction(0) if d in boots else None
@@ -274,7 +282,7 @@ def devices(store: AnalystStore, epsilon_a: Fraction = Fraction(1)) -> list[Devi
             ledger_window=_int(fields.get("window")), eps_window=_fraction(fields.get("spent")),
             cap=_fraction(fields.get("cap")), eps_total=total, status_event=_str(fields.get("event")),
             status_at=at, set_apart=apart.get(d, 0), round_readings=in_rounds.get(d, 0),
-            eps_a=_fraction(fields.get("eps_a")), tail_missing=lost.get(d),
+            eps_a=_fraction(fields.get("eps_a")), tail_missing=lost.get(d), refused=refused.get(d, 0),
             stopped=_str(fields.get("error")) if fields.get("event") == "stopped" else None))
     return rows
 

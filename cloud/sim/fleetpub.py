@@ -400,7 +400,8 @@ class _Worker:
 
     def _on_message(self, client: mqtt.Client, userdata: object, msg: mqtt.MQTTMessage) -> None:
         try:
-            of, device, boot, ranges = wire.decode_ack(msg.payload)
+            # Of the kind its topic names only, as a board takes it (docs/protocol.md 3.1).
+            of, device, boot, ranges = wire.decode_ack(msg.payload, msg.topic)
         except wire.ProtocolError:
             return
         book = self.books.get(device)

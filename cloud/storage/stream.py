@@ -111,7 +111,7 @@ POSTGRES_V4 = ("ALTER TABLE windows ADD COLUMN fit text",)
 # anything else in a status message is dropped, so nothing a board adds by mistake is stored.
 STATUS_FIELDS = ("event", "device", "boot", "board", "entropy", "eps_record", "eps_record_worst", "eps_a",
                  "window", "spent", "cap", "withheld", "released", "dropped", "pending", "sensor", "mem_free",
-                 "last_seq", "error")
+                 "last_seq", "error", "refused", "reason")
 
 
 def _majority(widths: list[int]) -> int:

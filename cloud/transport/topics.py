@@ -12,6 +12,10 @@ from dpsense.protocol.layout import DEVICE_ID_MAX
 from dpsense.protocol.topics import (
     ACK,
     ACK_ALL,
+    ACK_CORRECTIONS,
+    ACK_CORRECTIONS_ALL,
+    ACK_READINGS,
+    ACK_READINGS_ALL,
     ALERTS,
     ALERTS_ALL,
     CORRECTIONS,
@@ -25,7 +29,8 @@ from dpsense.protocol.topics import (
 )
 
 __all__ = [
-    "MAX_PACKET", "ACK", "ACK_ALL", "CORRECTIONS", "DEVICE_USER", "READINGS", "READINGS_ALL", "ROUND_TO_ANALYST", "ROUND_TO_CS",
+    "MAX_PACKET", "ACK", "ACK_ALL", "ACK_CORRECTIONS", "ACK_CORRECTIONS_ALL", "ACK_READINGS", "ACK_READINGS_ALL",
+    "CORRECTIONS", "DEVICE_USER", "READINGS", "READINGS_ALL", "ROUND_TO_ANALYST", "ROUND_TO_CS",
     "STATUS", "STATUS_ALL", "device_id_of", "device_of_reading_topic", "device_username",
 ]
 

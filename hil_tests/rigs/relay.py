@@ -195,13 +195,28 @@ def publishes(relay: TcpRelay) -> list[Publish]:
     with relay._lock:
         conns = [(c.number, bytes(c.up)) for c in relay.connections]
     for number, data in conns:
+        v5 = False
         for first, body in parse_packets(data):
+            if first & 0xF0 == 0x10:
+                # CONNECT: protocol name, then the level (5: MQTT v5, as the gateway speaks).
+                (nl,) = struct.unpack_from("!H", body, 0)
+                v5 = body[2 + nl] == 5
             if first & 0xF0 != 0x30:
                 continue
             qos = (first >> 1) & 3
             (tl,) = struct.unpack_from("!H", body, 0)
             topic = body[2:2 + tl].decode()
             pid = struct.unpack_from("!H", body, 2 + tl)[0] if qos else 0
-            payload = body[2 + tl + (2 if qos else 0):]
-            out.append(Publish(number, bool(first & 0x08), qos, topic, pid, payload))
+            at = 2 + tl + (2 if qos else 0)
+            if v5:                          # the properties: their length (a varint), then them
+                n = shift = 0
+                while True:
+                    b = body[at]
+                    at += 1
+                    n |= (b & 0x7F) << shift
+                    shift += 7
+                    if not b & 0x80:
+                        break
+                at += n
+            out.append(Publish(number, bool(first & 0x08), qos, topic, pid, body[at:]))
     return out

@@ -44,8 +44,8 @@ def test_a_block_missing_in_the_middle_is_never_acknowledged(analyst: AnalystSto
     batch = [reading(7, 1, s) for s in (0, 1, 2, 6, 7)] + [reading(8, 3, 5)]
     analyst.add_batch(batch, [])
     assert acker.after_commit(batch, analyst.last_conflicted) == 2
-    assert _acked(sent) == {("dpsense/ack/d7", 1, 7, 1): {0, 1, 2, 6, 7},
-                            ("dpsense/ack/d8", 1, 8, 3): {5}}
+    assert _acked(sent) == {("dpsense/ack/d7/r", 1, 7, 1): {0, 1, 2, 6, 7},
+                            ("dpsense/ack/d8/r", 1, 8, 3): {5}}
     assert wire.decode_ack(sent[0][1])[3] == [(0, 2), (6, 7)]        # 3..5 never covered
     assert acker.acked == 6
 
@@ -61,7 +61,7 @@ def test_a_conflicting_record_is_never_acknowledged(analyst: AnalystStore) -> No
     analyst.add_batch(batch, [])
     assert analyst.last_conflicted == {1, 3}
     acker.after_commit(batch, analyst.last_conflicted)
-    assert _acked(sent) == {("dpsense/ack/d7", 1, 7, 1): {2, 3, 5}}
+    assert _acked(sent) == {("dpsense/ack/d7/r", 1, 7, 1): {2, 3, 5}}
 
 
 def test_what_is_acknowledged_is_what_the_store_then_holds(analyst: AnalystStore) -> None:
@@ -88,7 +88,7 @@ def test_a_fresh_acknowledger_acknowledges_a_resend_after_a_restart(new_url: Cal
     with open_analyst_store(url) as store:                 # the ingest restarted
         store.add_batch(batch[1:3], [])                    # resends: duplicates
         Acknowledger.for_readings(lambda t, p: sent.append((t, p))).after_commit(batch[1:3], store.last_conflicted)
-    assert _acked(sent) == {("dpsense/ack/d7", 1, 7, 1): {1, 2}}
+    assert _acked(sent) == {("dpsense/ack/d7/r", 1, 7, 1): {1, 2}}
 
 
 def test_corrections_are_acknowledged_by_their_header_when_held_with_the_same_d_diff(cs: CorrectionStore) -> None:
@@ -101,14 +101,14 @@ def test_corrections_are_acknowledged_by_their_header_when_held_with_the_same_d_
     cs.add_batch(again, [])
     assert cs.last_conflicted == {4}
     acker.after_commit(again, cs.last_conflicted)
-    assert _acked(sent) == {("dpsense/ack/d7", 2, 7, 2): {1, 2, 3, 4}}
+    assert _acked(sent) == {("dpsense/ack/d7/c", 2, 7, 2): {1, 2, 3, 4}}
 
 
 def test_many_ranges_split_into_messages_of_bounded_size() -> None:
     keys = [(7, 1, 2 * s) for s in range(wire.ACK_MAX_RANGES * 2 + 1)]
     msgs = messages(wire.KIND_READING, keys)
     assert len(msgs) == 3 and all(len(p) <= 12 + 8 * wire.ACK_MAX_RANGES for _, p in msgs)
-    assert _acked(msgs) == {("dpsense/ack/d7", 1, 7, 1): {k[2] for k in keys}}
+    assert _acked(msgs) == {("dpsense/ack/d7/r", 1, 7, 1): {k[2] for k in keys}}
 
 
 def test_batches_noted_together_give_one_message_per_device_and_boot() -> None:
@@ -118,7 +118,7 @@ def test_batches_noted_together_give_one_message_per_device_and_boot() -> None:
     acker.add([reading(7, 1, 1), reading(7, 1, 2)], conflicted={1})
     assert sent == [] and acker.pending == 3
     assert acker.flush() == 2 and acker.flush() == 0
-    assert _acked(sent) == {("dpsense/ack/d7", 1, 7, 1): {0, 1}, ("dpsense/ack/d8", 1, 8, 1): {0}}
+    assert _acked(sent) == {("dpsense/ack/d7/r", 1, 7, 1): {0, 1}, ("dpsense/ack/d8/r", 1, 8, 1): {0}}
     assert acker.acked == 3
 
 
@@ -139,8 +139,8 @@ def test_a_busy_ingest_acknowledges_several_batches_together_and_an_idle_one_at_
     assert sent == [] and svc.acker.pending == 2
     svc._acks_at -= service.ACK_EVERY_S                    # a busy ingest still flushes in time
     assert svc.process([msg(2)])
-    assert _acked(sent) == {("dpsense/ack/d7", 1, 7, 1): {0, 1, 2}} and len(sent) == 1
+    assert _acked(sent) == {("dpsense/ack/d7/r", 1, 7, 1): {0, 1, 2}} and len(sent) == 1
     sent.clear()
     svc._q.take(10, 0, 0)                                  # the inbox is empty: at once
     assert svc.process([msg(3)])
-    assert _acked(sent) == {("dpsense/ack/d7", 1, 7, 1): {3}} and svc.stats.acked == 4
+    assert _acked(sent) == {("dpsense/ack/d7/r", 1, 7, 1): {3}} and svc.stats.acked == 4

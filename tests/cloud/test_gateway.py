@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 
+from dpsense.cloud.ingest import acks
 from dpsense.cloud.transport.gateway.relay import Gateway
 from dpsense.protocol import seal, wire
 from dpsense.protocol.framing import frame
@@ -79,8 +80,8 @@ def _commit(gw, payload):
         kind, f = wire.KIND_CORRECTION, struct.unpack_from("<III", payload, 4)
     else:
         kind, f = wire.decode(payload)
-    for m in wire.encode_acks(kind, f[0], f[1], [(f[2], f[2])]):
-        gw.committed(m)
+    for topic, m in acks.messages(kind, [(f[0], f[1], f[2])]):
+        gw.committed(m, topic)
 
 
 def _tracking():
@@ -126,7 +127,7 @@ def test_the_broker_s_puback_alone_acknowledges_nothing_to_the_board():
     for m in wire.encode_acks(wire.KIND_READING, 7, 1, [(0, 0)]) + \
             wire.encode_acks(wire.KIND_CORRECTION, 7, 2, [(0, 0)]) + \
             wire.encode_acks(wire.KIND_CORRECTION, 8, 1, [(0, 0)]):
-        gw.committed(m)                                   # another boot, another device
+        gw.committed(m, "dpsense/ack/d7/" + ("r" if m[2] == wire.KIND_READING else "c"))  # another boot, device
     gw.feed(b"!\n")
     assert gw.take_replies() == b"!\n"
     _commit(gw, CORRECTION)
@@ -422,3 +423,36 @@ def test_status_and_stop_lines_are_answered_each_time_and_published_once():
     assert logs.count("gateway: d7 stopped: seal error: seal.key: no key file") == 1 and gw.stopped == stop.decode()
     gw.feed(b"hello: not a status\n")
     assert gw.take_replies() == b""                      # any other console line gets no answer
+
+
+def test_an_acknowledgement_on_the_other_kind_s_topic_is_ignored():
+    """The broker lets each ingest publish only its own kind's acknowledgement topic; the gateway
+    takes an acknowledgement only of the kind its topic names, as a board does."""
+    gw, pubs, logs = _tracking()
+    gw.feed(frame(READING) + frame(CORRECTION))
+    gw.acked(1)
+    gw.acked(2)
+    (_, reading_ack), = acks.messages(wire.KIND_READING, [(7, 1, 0)])
+    (_, correction_ack), = acks.messages(wire.KIND_CORRECTION, [(7, 1, 0)])
+    gw.committed(reading_ack, "dpsense/ack/d7/c")         # the correction ingest's topic
+    gw.committed(correction_ack, "dpsense/ack/d7/r")      # the analyst ingest's topic
+    gw.feed(b"!\n")
+    assert gw.take_replies() == b"!\n"
+    assert sum("another kind's topic" in line for line in logs) == 2
+    gw.committed(reading_ack, "dpsense/ack/d7/r")
+    gw.committed(correction_ack, "dpsense/ack/d7/c")
+    gw.feed(b"!\n")
+    assert gw.take_replies() == b"!" + TOKEN.hex().encode() + b"\n!\n"
+
+
+def test_a_refused_publish_is_counted_and_reported_on_the_status_topic_once():
+    gw, pubs, logs = _tracking()
+    gw.feed(frame(READING))                               # message id 1
+    gw.refused("Not authorized", 1)
+    assert gw.stats.refused == 1 and len(pubs) == 2
+    topic, payload = pubs[1]
+    assert topic == "dpsense/status/d7"
+    assert json.loads(payload) == {"event": "refused", "device": 7, "refused": 1, "reason": "Not authorized"}
+    gw.refused("Not authorized", 2)                       # the report itself refused: counted, not re-reported
+    assert gw.stats.refused == 2 and len(pubs) == 2
+    assert sum("refused a publish of d7" in line for line in logs) == 2

@@ -285,7 +285,7 @@ def test_the_sealed_ingest_acknowledges_committed_records_by_their_header_and_ne
         got = {}
         for topic, payload in sent:
             of, device, boot, ranges = wire.decode_ack(payload)
-            assert of == wire.KIND_CORRECTION and topic == "dpsense/ack/d%d" % device
+            assert of == wire.KIND_CORRECTION and topic == "dpsense/ack/d%d/c" % device
             got[(device, boot)] = ranges
         assert got == {(7, 4): [(0, 2)], (3, 1): [(0, 0)]}
         assert store.count() == 4 and store.dead_letter_count() == 3

@@ -293,10 +293,11 @@ def test_a_device_cannot_take_a_services_client_id(broker, taken):
 
 
 def test_a_device_reads_nothing_but_its_own_acknowledgements(broker):
-    """d7 subscribes to everything; of all the traffic below it receives only dpsense/ack/d7."""
+    """d7 subscribes to everything; of all the traffic below it receives only dpsense/ack/d7/r."""
     d7 = Peer(broker, "d7")
     for f in ("#", topics.READINGS_ALL, topics.CORRECTIONS, topics.STATUS_ALL, topics.ACK_ALL,
-              topics.ACK % "d8", topics.ROUND_TO_CS, topics.ROUND_TO_ANALYST, topics.ACK % "d7"):
+              topics.ACK % "d8", topics.ROUND_TO_CS, topics.ROUND_TO_ANALYST, topics.ACK % "d7",
+              topics.ACK_READINGS % "d7"):
         d7.subscribe(f)
     ingest = Peer(broker, "analyst-ingest")
     d8 = Peer(broker, "d8")
@@ -304,14 +305,51 @@ def test_a_device_reads_nothing_but_its_own_acknowledgements(broker):
     analyst = Peer(broker, "analyst")
     sent = [(d8, topics.READINGS % "d8"), (d8, topics.CORRECTIONS), (d8, topics.STATUS % "d8"),
             (analyst, topics.ROUND_TO_CS), (cs, topics.ROUND_TO_ANALYST),
-            (ingest, topics.ACK % "d8"), (ingest, topics.ACK % "d7")]
+            (ingest, topics.ACK_READINGS % "d8"), (ingest, topics.ACK_READINGS % "d7")]
     for peer, topic in sent:
         peer.c.publish(topic, b"x", qos=1).wait_for_publish(5)
     assert _wait_for(lambda: d7.got, 5)
     time.sleep(0.5)
-    assert d7.got == [(topics.ACK % "d7", b"x")]
+    assert d7.got == [(topics.ACK_READINGS % "d7", b"x")]
     for p in (d7, ingest, d8, cs, analyst):
         p.close()
+
+
+def _v5_publisher(broker: Broker, user: str) -> tuple[mqtt.Client, list[tuple[int, int]]]:
+    """An MQTT v5 client of ``user``: the broker's PUBACK says why it refused a publish."""
+    acks: list[tuple[int, int]] = []
+    c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=user, protocol=mqtt.MQTTv5)
+    c.username_pw_set(user, PASSWORDS[(broker.port, user)])
+    c.on_publish = lambda cl, u, mid, reason, props: acks.append((mid, reason.value))
+    c.connect(broker.host, broker.port)
+    c.loop_start()
+    assert _wait_for(c.is_connected, 5)
+    return c, acks
+
+
+def test_each_ingest_may_acknowledge_only_its_own_kind_of_record(broker):
+    """The analyst's ingest may publish reading acknowledgements only, the correction server's
+    ingest correction acknowledgements only: the other kind's topic is refused (PUBACK 0x87, Not
+    authorized) and nothing reaches the device, so neither can release the other's records."""
+    d7 = Peer(broker, "d7")
+    assert d7.subscribe(topics.ACK % "d7") == [1]
+    expect = {("analyst-ingest", topics.ACK_READINGS % "d7"): 0, ("analyst-ingest", topics.ACK_CORRECTIONS % "d7"): 0x87,
+              ("correction-ingest", topics.ACK_CORRECTIONS % "d7"): 0,
+              ("correction-ingest", topics.ACK_READINGS % "d7"): 0x87}
+    got = {}
+    for (user, topic), code in expect.items():
+        c, acks = _v5_publisher(broker, user)
+        mid = c.publish(topic, user.encode(), qos=1).mid
+        assert _wait_for(lambda: acks, 5), (user, topic)
+        got[(user, topic)] = dict(acks)[mid]
+        c.disconnect()
+        c.loop_stop()
+    assert got == expect
+    assert _wait_for(lambda: len(d7.got) >= 2, 5)
+    time.sleep(0.3)
+    assert sorted(d7.got) == sorted([(topics.ACK_CORRECTIONS % "d7", b"correction-ingest"),
+                                     (topics.ACK_READINGS % "d7", b"analyst-ingest")])
+    d7.close()
 
 
 def test_anonymous_is_refused(broker):

@@ -41,8 +41,11 @@ def _puback(pid):
     return bytes([0x40, 2, pid >> 8, pid & 0xFF])
 
 
-def _ack(of, seqs, boot=1, topic=b"dpsense/ack/d7"):
-    """The cloud's acknowledgement of ``seqs`` as a QoS 0 PUBLISH from the broker."""
+def _ack(of, seqs, boot=1, topic=None):
+    """The cloud's acknowledgement of ``seqs`` as a QoS 0 PUBLISH from the broker, on the topic of
+    its kind unless ``topic`` names another."""
+    if topic is None:
+        topic = b"dpsense/ack/d7/r" if of == wire.KIND_READING else b"dpsense/ack/d7/c"
     body = bytes([0, len(topic)]) + topic + wire.encode_acks(of, 7, boot, wire.seq_ranges(seqs))[0]
     return bytes([0x30, len(body)]) + body
 
@@ -79,7 +82,7 @@ def _setup(name, max_inflight=8):
     ring = Ring(p, 30, 16, 1 << 20)
     client = MQTTClient("dpsense-d7", "d7", "pw", 60, clock=clock)
     op = _Opener()
-    up = Uplink(client, ring, op, b"dpsense/readings/d7", b"dpsense/status/d7", b"dpsense/ack/d7", clock,
+    up = Uplink(client, ring, op, b"dpsense/readings/d7", b"dpsense/status/d7", b"dpsense/ack/d7/+", clock,
                 fwutil.RandomBits(), max_inflight, 5000, 250, 2000, None, lambda s: None)
     return p, clock, ring, op, up
 
@@ -375,7 +378,7 @@ def test_wifi_loss_holds_records_and_reconnects_wifi_then_the_broker():
     op = _Opener()
     logs = []
     up = Uplink(MQTTClient("dpsense-d7", "d7", "pw", 60, clock=clock), ring, op,
-                b"dpsense/readings/d7", b"dpsense/status/d7", b"dpsense/ack/d7", clock, fwutil.RandomBits(), 8, 5000,
+                b"dpsense/readings/d7", b"dpsense/status/d7", b"dpsense/ack/d7/+", clock, fwutil.RandomBits(), 8, 5000,
                 250, 2000, link, logs.append)
     ring.put(*_rec(0))
     up.service()
@@ -502,12 +505,32 @@ def test_an_acknowledgement_of_another_boot_or_a_bad_one_frees_nothing():
     sock = op.socks[0]
     sock.feed(_puback(record_pid(0, 0)) + _puback(record_pid(0, 1)))
     sock.feed(_ack(wire.KIND_READING, [0], boot=4) + _ack(wire.KIND_CORRECTION, [1], boot=5))
-    bad = b"\x30\x11\x00\x0fdpsense/ack/d7" + b"\x02"           # one byte: not an acknowledgement
+    bad = b"\x30\x13\x00\x11dpsense/ack/d7/r" + b"\x02"         # one byte: not an acknowledgement
     sock.feed(bad)
     up.service()
     assert ring.parts(0) == 3 and up.bad_acks == 1 and up.acks == 2
     sock.feed(_ack(wire.KIND_READING, [0], boot=5) + _ack(wire.KIND_CORRECTION, [0], boot=5))
     up.service()
     assert ring.pending == 0
+    ring.close()
+    fwutil.remove(p)
+
+
+def test_an_acknowledgement_on_the_other_kind_s_topic_frees_nothing():
+    """Each ingest may publish only its own kind's acknowledgement topic (the broker's ACL); a
+    reading acknowledgement on the correction topic (the correction ingest's) is refused, and so
+    is the reverse, so neither ingest can release a record the other has not committed."""
+    p, clock, ring, op, up = _setup("up-crosskind")
+    ring.put(*_rec(0))
+    up.service()
+    sock = op.socks[0]
+    sock.feed(_puback(record_pid(0, 0)) + _puback(record_pid(0, 1)))
+    sock.feed(_ack(wire.KIND_READING, [0], topic=b"dpsense/ack/d7/c")
+              + _ack(wire.KIND_CORRECTION, [0], topic=b"dpsense/ack/d7/r"))
+    up.service()
+    assert ring.parts(0) == 3 and up.bad_acks == 2 and up.acks == 0
+    sock.feed(_ack(wire.KIND_READING, [0]) + _ack(wire.KIND_CORRECTION, [0]))
+    up.service()
+    assert ring.pending == 0 and up.acks == 2
     ring.close()
     fwutil.remove(p)

@@ -10,6 +10,7 @@ from dpsense.cloud.transport import topics
 from dpsense.cloud.deploy.broker import _acl_text
 from dpsense.cloud.analyst.devices import MAX_STATUS_BYTES, classify_status
 from dpsense.cloud.transport.gateway.relay import Gateway
+from dpsense.cloud.ingest import acks
 from dpsense.cloud.ingest.classify import classify_correction, classify_reading
 from dpsense.cloud.storage import open_analyst_store, open_correction_store
 from dpsense.cloud.storage.repository import DeadLetter, Gap
@@ -177,8 +178,8 @@ def test_the_poll_transcript_is_what_the_gateway_answers() -> None:
                 gw.acked(1)
                 gw.acked(2)
                 for of in (wire.KIND_READING, wire.KIND_CORRECTION):
-                    for m in wire.encode_acks(of, 7, 1, [(42, 42)]):
-                        gw.committed(m)
+                    for topic, m in acks.messages(of, [(7, 1, 42)]):
+                        gw.committed(m, topic)
             gw.feed(text.encode() + b"\n")
             answers.append(gw.take_replies())
         else:
@@ -194,13 +195,13 @@ def test_the_status_fields_are_the_firmware_s_and_the_example_is_accepted() -> N
     fields = [f for row in _table(sec, "field") for f in re.findall(r"`([a-z_]+)`", row[0])]
     app = (ROOT / "firmware" / "app.py").read_text()
     template = app[app.index("text = ('{\"event\""):app.index('if self.released else ""))')]
-    # `error` is the gateway's, in its `stopped` message (section 2.3), never a board's
-    assert [f for f in fields if f != "error"] == re.findall(r'\\?"([a-z_]+)\\?":', template.replace('\\"', '"'))
+    # `error`, `refused` and `reason` are the gateway's (its `stopped` and `refused` messages), never a board's
+    assert [f for f in fields if f not in ("error", "refused", "reason")] == re.findall(r'\\?"([a-z_]+)\\?":', template.replace('\\"', '"'))
     example = _blocks(sec)[1]
     doc = json.loads(example)
     # eps_cs and eps_a are sent only by a board with epsilon_cs, epsilon_a set; the example's board has neither;
     # last_seq comes once a record was released; the example is a boot's
-    assert list(doc) == [f for f in fields if f not in ("eps_cs", "eps_a", "last_seq", "error")]
+    assert list(doc) == [f for f in fields if f not in ("eps_cs", "eps_a", "last_seq", "error", "refused", "reason")]
     assert len(example) <= MAX_STATUS_BYTES
     got = classify_status("dpsense/status/d7", example.encode(), 0.0)
     assert not isinstance(got, DeadLetter) and (got.device_id, got.boot_id) == (7, doc["boot"])

@@ -254,6 +254,11 @@ def do_status(args: argparse.Namespace) -> int:
             print("windows     %d done, %d closed and awaiting their correction round, %d held after a "
                   "failed round, %d carried (no inlier)" % (counts["done"], counts["closed"], counts["held"],
                                                            counts["carried"]))
+        from dpsense.cloud.ops.results import devices as device_rows
+        refusals = {r.device_id: r.refused for r in device_rows(a) if r.refused}
+        if refusals:
+            print("refused     %d publishes refused by the broker (reported by the gateways): %s"
+                  % (sum(refusals.values()), ", ".join("d%d: %d" % kv for kv in sorted(refusals.items()))))
         apart = a.set_apart_by_device()
         if apart:
             print("set apart   %d readings not scored (another column count or config_id than their window): %s"

@@ -77,7 +77,9 @@ class SourceCollector(Collector):
                 "Readings the board said it released (last_seq of a boot's latest status) after the "
                 "highest one stored for that boot: a tail that never arrived."),
                ("stopped_flag", GaugeMetricFamily, "dpsense_device_stopped",
-                "1 when the board's latest status says it stopped (a config error, relayed by its gateway).")]
+                "1 when the board's latest status says it stopped (a config error, relayed by its gateway)."),
+               ("refused", CounterMetricFamily, "dpsense_device_publishes_refused",
+                "Publishes of the device the broker refused, as its gateway reported them.")]
         rows = src.devices()
         for attr, kind, name, doc in dev:
             family = kind(name, doc, labels=["device", "group"])

@@ -60,6 +60,7 @@ class GatewayStats:
     status: int = 0
     events: int = 0
     conflicts: int = 0      # records relayed under a (boot, seq) another token already had
+    refused: int = 0        # publishes the broker refused (an MQTT v5 PUBACK reason code >= 0x80)
 
     @property
     def acked(self) -> int:
@@ -99,6 +100,7 @@ class Gateway:
         self.log = log
         self.idle_s = idle_s
         self.acks = Acknowledgements()
+        self._refusal_mids: set[int] = set()
         self.stats = GatewayStats(self.acks)
         self.boot: dict[str, Any] | None = None
         # Frames are checked against their own bound by unframe; console and status lines
@@ -114,10 +116,29 @@ class Gateway:
     def acked(self, mid: int | None = None) -> None:
         self.acks.broker_acked(mid)
 
-    def committed(self, payload: bytes) -> None:
-        """An acknowledgement from the cloud on the device's topic (docs/protocol.md 3.1)."""
+    def refused(self, reason: str, mid: int | None = None) -> None:
+        """The broker refused publish ``mid`` (its PUBACK's reason code): counted, logged, and
+        said on the device's status topic as ``{"event": "refused", "refused": <count so far>}``,
+        which the analyst keeps per device (`dpsense status`, ``/metrics``). A refused report of
+        a refusal is not reported again."""
+        self.stats.refused += 1
+        self.log("gateway: the broker refused a publish of %s (%s); %d refused so far"
+                 % (self.device_user, reason, self.stats.refused))
+        if mid is not None and mid in self._refusal_mids:
+            return
+        text = json.dumps({"event": "refused", "device": self.device_id, "refused": self.stats.refused,
+                           "reason": reason}, separators=(",", ":")).encode()
+        self.stats.status += 1
+        sent = self.publish(topics.STATUS % self.device_user, text)
+        self.acks.track_status(sent)
+        if sent is not None:
+            self._refusal_mids.add(sent)
+
+    def committed(self, payload: bytes, topic: str) -> None:
+        """An acknowledgement from the cloud on the device's ``topic`` of its kind (docs/protocol.md
+        3.1): one of the other kind than the topic names is ignored, as a board ignores it."""
         try:
-            of, device_id, boot_id, ranges = wire.decode_ack(payload)
+            of, device_id, boot_id, ranges = wire.decode_ack(payload, topic)
         except wire.ProtocolError as e:
             self.log("gateway: acknowledgement ignored: %s" % e)
             return

@@ -2,10 +2,11 @@
 
     stats = run("/dev/ttyACM0", 7, "127.0.0.1", 1883, password)    # until Ctrl-C or the line closes
 
-Logs in as the device's own account (``d<N>``) with a clean session and QoS 1 (over TLS
+Logs in as the device's own account (``d<N>``) with MQTT v5, a clean start and QoS 1 (over TLS
 when ``tls_ca`` names the broker's CA), opens the port (cloud/transport/serialport.py) once the
 broker accepted it, feeds what the board writes to a ``Gateway`` (relay.py), writes the
-answers to its polls back, and reports each PUBACK to it; paho's client reconnects by itself when the broker goes away. On the
+answers to its polls back, and reports each PUBACK to it, a refused one (reason code >= 0x80)
+as such (relay.py's ``refused``: counted per device in the analyst's store); paho's client reconnects by itself when the broker goes away. On the
 way out it waits up to 10 s for the last acknowledgements.
 """
 from __future__ import annotations
@@ -32,8 +33,8 @@ def run(port: str, device_id: int, host: str, port_no: int, password: str,
     stop = stop or threading.Event()
     user = topics.device_username(device_id)
     # The broker makes the account name the client id (cloud/deploy/broker.py).
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=user,
-                         clean_session=True, protocol=mqtt.MQTTv311)
+    # MQTT v5: a PUBACK carries a reason code, so a publish the broker refuses is seen and counted.
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=user, protocol=mqtt.MQTTv5)
     client.username_pw_set(user, password)
     if tls_ca:
         client.tls_set(ca_certs=tls_ca)       # chain and host name checked
@@ -54,9 +55,9 @@ def run(port: str, device_id: int, host: str, port_no: int, password: str,
 
     gw = Gateway(device_id, lambda t, p: client.publish(t, p, qos=1).mid, log)
     client.on_connect = on_connect
-    client.on_publish = lambda c, userdata, mid, reason, props: gw.acked(mid)
-    client.on_message = lambda c, userdata, msg: gw.committed(bytes(msg.payload))
-    client.connect(host, port_no, keepalive=keepalive)
+    client.on_publish = on_publish_for(gw)
+    client.on_message = lambda c, userdata, msg: gw.committed(bytes(msg.payload), msg.topic)
+    client.connect(host, port_no, keepalive=keepalive, clean_start=True)
     client.loop_start()
     src = None
     try:
@@ -95,3 +96,13 @@ def run(port: str, device_id: int, host: str, port_no: int, password: str,
         "acknowledged to the board, %d malformed lines, %d console lines"
         % (s.readings, s.corrections, s.acked, s.replies, s.malformed, s.console))
     return s
+
+
+def on_publish_for(gw: Gateway) -> Callable[..., None]:
+    """paho's (API version 2) ``on_publish`` for ``gw``: every PUBACK is reported, a refused one
+    (an MQTT v5 reason code >= 0x80) also as a refusal."""
+    def on_publish(c: Any, userdata: Any, mid: int, reason: Any, props: Any) -> None:
+        gw.acked(mid)
+        if reason.is_failure:
+            gw.refused(str(reason), mid)
+    return on_publish
