@@ -124,6 +124,14 @@ def config_from_profile(doc: dict[str, Any], path: str, board: dict[str, Any] | 
             cols.append({"num": ratio.numerator, "den": ratio.denominator, "offset": 0,
                          "raw_min": -span, "raw_max": span, "delta_q": d})
     base.update(config_id=config_id, columns=cols, epsilon=eps, centre=centre)
+    # The boards' noise on d_diff, which the correction server's rules take from the same profile.
+    ecs = doc.get("epsilon_cs")
+    if ecs is not None:
+        if not isinstance(ecs, str):
+            raise ProvisionError('%s: epsilon_cs: must be a decimal string such as "2"' % path)
+        base["epsilon_cs"] = ecs
+    else:
+        base.pop("epsilon_cs", None)
     if window_records is not None:
         base.pop("window_seconds", None)
         base["window_records"] = window_records
@@ -132,15 +140,15 @@ def config_from_profile(doc: dict[str, Any], path: str, board: dict[str, Any] | 
     if window_cap is not None:
         base["window_cap"] = window_cap
     if "window_cap" not in base:
-        # Every record of a records-window released: its cost, records x columns x epsilon.
+        # Every record of a records-window released: its cost, records x (columns x epsilon + epsilon_cs).
         n = base.get("window_records")
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ProvisionError("window_cap: give --window-cap (a decimal string) for a window "
                                  "that is not counted in records")
         try:
-            cap = Decimal(eps) * ncols * n
+            cap = (Decimal(eps) * ncols + Decimal(ecs or "0")) * n
         except InvalidOperation:
-            raise ProvisionError('%s: epsilon: must be a decimal string such as "0.5"' % path) from None
+            raise ProvisionError('%s: epsilon, epsilon_cs: must be decimal strings such as "0.5"' % path) from None
         base["window_cap"] = "{:f}".format(cap.normalize())
     if period_ms is not None:
         base["period_ms"] = period_ms

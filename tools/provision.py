@@ -44,6 +44,9 @@ DEMO_CONFIG: dict[str, Any] = {
     # The correction server's default --analyst-epsilon: each record is charged for what a
     # round gives the analyst too, so the caps bound its whole view (shared_protocol/config.py).
     "epsilon_a": "1",
+    # Noise on d_diff towards the correction server: dpsense.cloud.deploy.profile.DEFAULT_EPSILON_CS,
+    # which the correction server's rules account for (docs/privacy.md).
+    "epsilon_cs": "2",
     "centre": [0, 1650],
     "window_records": 600,
     "window_cap": "600",      # the whole window: a demo that keeps releasing at 1 reading/s

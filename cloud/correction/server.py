@@ -365,7 +365,7 @@ class CorrectionServer:
         if self.params is None:
             return None
         check_mode(self.mode, self.params)
-        noise = RecordNoise(self.noise_key, self.params.normal_radius, self.epsilon)
+        noise = RecordNoise(self.noise_key, self.params.normal_radius, self.epsilon, self.params.board_noise_scale)
         # Other parameters than the ledger's stop the server (UsageError): a second view of answered windows.
         ledger.bind_key(self.noise_key, answer_parameters(self.mode, self.epsilon, noise.delta_q, self.params))
         self.log("correction server: mode %s, w_O = %g quanta, normal radius %g quanta; answering honest rounds "

@@ -30,8 +30,9 @@ def test_a_saved_profile_becomes_a_board_config_the_board_accepts(tmp_path: Path
     # Raw counts are quanta: 600 units at 0.01 per quantum is +-60000 raw.
     assert cfg["columns"] == [{"num": 1, "den": 1, "offset": 0, "raw_min": -60000, "raw_max": 60000,
                                "delta_q": d} for d in (7524, 7600)]
-    # A window of 600 readings, every one released: 600 x 2 columns x 0.5.
-    assert (cfg["window_records"], cfg["window_cap"], cfg["period_ms"]) == (600, "600", 1000)
+    # A window of 600 readings, every one released: 600 x (2 columns x 0.5 + epsilon_cs 2).
+    assert (cfg["window_records"], cfg["window_cap"], cfg["period_ms"]) == (600, "1800", 1000)
+    assert cfg["epsilon_cs"] == "2"
     assert not set(cfg) & {"quantum", "domain", "w_o_q", "dbscan_eps", "band_width_q", "centre_q"}
     # The micro:bit takes the same profile (only what mbnode.run takes).
     assert pv.node_call(pv.build_config("microbit", base, 7, None)).startswith(
@@ -45,7 +46,7 @@ def test_raw_scale_gives_the_exact_affine_map(tmp_path: Path) -> None:
     assert (c0["num"], c0["den"], c1["num"], c1["den"]) == (1, 1, 5, 1)
     assert (c1["raw_min"], c1["raw_max"]) == (-12000, 12000)
     assert Affine(c1["num"], c1["den"], 0, c1["raw_min"], c1["raw_max"]).apply(300) == 1500   # 15 units
-    assert (base["window_records"], base["window_cap"], base["period_ms"]) == (10, "10", 50)
+    assert (base["window_records"], base["window_cap"], base["period_ms"]) == (10, "30", 50)
     base = load_board_base(_profile(tmp_path), raw_scale=["0.003", "2"])
     assert (base["columns"][0]["num"], base["columns"][0]["den"]) == (3, 10)
     assert base["columns"][1]["raw_max"] == 300
@@ -103,7 +104,7 @@ def test_provision_from_a_calibrated_profile_on_the_unix_port(tmp_path: Path, ca
             "--from-profile", prof, "--config-json", str(board_json), "--window-records", "50"]
     assert flash.main(argv) == 0, capsys.readouterr().err
     cfg = json.loads((tmp_path / "b" / "config.json").read_text())
-    assert cfg["columns"][1]["delta_q"] == 7600 and cfg["window_cap"] == "50"
+    assert cfg["columns"][1]["delta_q"] == 7600 and cfg["window_cap"] == "150"
     assert (tmp_path / "cs" / "correction-keys" / "keys.json").exists()
     assert not (tmp_path / "a" / "correction-keys").exists()
     board_json.write_text(json.dumps({"stimulus": "rows.txt", "columns": [pv.DEMO_CONFIG["columns"][0]]}))
