@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
             print("privacy_tables: table %s in %s differs from the code's" % (n, DOC), file=sys.stderr)
         return 1 if differ else 0
     for name, table in want.items():
-        text = _pattern(name).sub(lambda m, t=table: m.group(1) + t + m.group(3), text)
+        m = _pattern(name).search(text)
+        assert m is not None
+        text = text[:m.start(2)] + table + text[m.end(2):]
     DOC.write_text(text, encoding="utf-8")
     print("privacy_tables: %s: %s" % (DOC, "updated " + ", ".join(differ) if differ else "unchanged"))
     return 0
