@@ -30,7 +30,8 @@ Two mechanisms, both on the correction server CS, protect the records from the a
    The never-worse rules keep their guarantee up to the noise: the thresholds move by
    ``t = ceil(b ln(1/alpha))`` (``b`` the noise scale), so a normal reading is added with
    probability at most alpha per row (``P(Z <= -t) <= exp(-t/b)``), and the noise split
-   removes a row with probability at most ``2 alpha`` per row.
+   removes a row with probability at most ``2 alpha`` per row. With the boards' own noise on
+   d_diff (``epsilon_cs``, ``board_scale``) t covers the sum of both (margin.py).
 
 2. **Honest rounds only** (the protocol). One round per window, over the window's whole token
    set as CS stores it: the opening message names the analyst's window id and the window's

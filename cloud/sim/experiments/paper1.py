@@ -601,7 +601,9 @@ def plot(cfg: Paper1Config, rows: Sequence[Row], path: str) -> None:
                     continue            # about 100 %: it would squash the other lines
                 st = [s[(sep, eps, m)][metric] for sep in seps]
                 mean = np.array([100 * v[0] for v in st])
-                err = np.array([[100 * (v[0] - v[2]) for v in st], [100 * (v[3] - v[0]) for v in st]])
+                # Clipped at 0: with equal values the float mean can lie a rounding error outside min-max.
+                err = np.maximum(0.0, np.array([[100 * (v[0] - v[2]) for v in st],
+                                                [100 * (v[3] - v[0]) for v in st]]))
                 # Mode secure lies on mode bands wherever both return the outliers: dashed and
                 # hollow so that both stay visible.
                 style = {"linestyle": "--", "marker": "s", "markerfacecolor": "none", "markersize": 9} \
