@@ -1,7 +1,7 @@
 """How far the noise on a d~ can move it: the margin the correction's thresholds move by.
 
-    margin(scale=30.0, board_scale=0.0, alpha=0.005)     # ceil(30 ln 200) = 159: Z_A alone
-    margin(scale=30.0, board_scale=90.0, alpha=0.005)    # Z_A + Z_cs, the exact tail of the sum
+    margin(scale=24.0, board_scale=0.0, alpha=0.005)     # ceil(24 ln 200) = 128: Z_A alone
+    margin(scale=24.0, board_scale=36.0, alpha=0.005)    # 187: Z_A + Z_cs, the exact tail of the sum
 
 Two independent discrete Laplace noises act on the distance difference the rules read
 (docs/privacy.md): the correction server's ``Z_A`` (scale ``ceil(rho) / epsilon_A``,
@@ -13,8 +13,9 @@ a threshold moved by t misjudges a row because of the noise with probability at 
 With ``Z_A`` alone the margin stays the bound ``ceil(b ln(1/alpha))`` the rules have used
 since honest rounds (``P(Z >= t) = p^t / (1 + p) <= exp(-t / b)``). With both, the tail of the
 sum is computed from the two exact laws: ``P(Z_1 + Z_2 >= t) = sum_j P(Z_2 = j) P(Z_1 >= t - j)``,
-with ``j`` cut where ``P(|Z_2| > J) < 1e-17``; a union bound (``t_1 + t_2`` at alpha / 2 each)
-would move the thresholds about 40% farther (tests/cloud/test_margin.py).
+with ``j`` cut where ``P(|Z_2| > 40 b_2)`` is below 1e-17; a union bound (``t_1 + t_2`` at
+alpha / 2 each) would move the thresholds about twice as far (360 against 187 quanta at the
+default config's scales 24 and 36; tests/statistical/test_margin.py).
 """
 from __future__ import annotations
 
