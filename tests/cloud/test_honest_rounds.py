@@ -340,7 +340,6 @@ def _restart(tmp_path, *argv, profile_delta=(8, 8), epsilon_cs="2"):
     ("epsilon_A 1 -> 2", ["--analyst-epsilon", "2"], (8, 8), "2"),
     ("normal_radius", [], (9, 8), "2"),                             # a recalibrated rho
     ("mode bands -> paper", ["--correction-mode", "paper"], (8, 8), "2"),
-    ("board_noise_scale 9.0 -> 18.0", [], (8, 8), "1"),              # the boards' epsilon_cs 2 -> 1
 ])
 def test_a_restart_with_other_parameters_on_the_same_ledger_is_refused(tmp_path, changed, argv, delta, ecs):
     assert "cannot reach the broker" in _restart(tmp_path)[-1]

@@ -16,7 +16,7 @@ and the analyst asks every window again (a retry, which an honest server answers
 """
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -97,6 +97,12 @@ def test_power_a_restarted_server_that_answers_again_from_new_noise_is_caught(tm
     assert not report.ok, str(report)
 
 
-def test_the_parameters_bound_include_the_boards_noise():
-    assert "board_noise_scale" in answer_parameters("paper", Fraction(1), 20, PARAMS)
+def test_a_restart_with_the_boards_other_epsilon_cs_is_refused(tmp_path):
+    """The boards' noise on d_diff shapes the thresholds: a profile with another epsilon_cs is
+    other parameters (the command's path: tests/cloud/test_honest_rounds.py)."""
     assert asdict(PARAMS)["board_noise_scale"] == 0.0
+    ledger = RoundLedger(tmp_path / "ledger.db")
+    ledger.bind_key(KEY, answer_parameters("paper", Fraction(1), 20, replace(PARAMS, board_noise_scale=9.0)))
+    with pytest.raises(UsageError, match=r"board_noise_scale 9\.0 -> 18\.0"):
+        ledger.bind_key(KEY, answer_parameters("paper", Fraction(1), 20, replace(PARAMS, board_noise_scale=18.0)))
+    ledger.close()
