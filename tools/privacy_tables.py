@@ -31,7 +31,8 @@ ANALYST_EPSILON = Fraction(1)
 
 def default_config(board: str) -> dict:
     """DEMO_CONFIG as provisioning builds and the board validates it (a radio board with a
-    network and a broker off loopback, the unix port a stimulus file, which their keys need; none of them shapes a guarantee)."""
+    network and a broker off loopback, the unix port a stimulus file, which their keys need; none
+    of them shapes a guarantee)."""
     from dpsense.protocol.config import validate
     from dpsense.tools.provision import DEMO_CONFIG, board_profile, build_config
     profile = board_profile(board)

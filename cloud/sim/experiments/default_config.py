@@ -50,7 +50,8 @@ def default_bands(d_diff: np.ndarray, dist: np.ndarray, hist: Any, rng: np.rando
     return run_bands(d, dist, hist.band_width_q, hist.normal_radius_q + margin(b, bc, alpha)).r
 
 
-def margin_check(rows: Sequence[Any], separations: Sequence[float] | None = None) -> list[tuple[float, float, bool, str]]:
+def margin_check(rows: Sequence[Any],
+                 separations: Sequence[float] | None = None) -> list[tuple[float, float, bool, str]]:
     """Per (separation, epsilon) (only ``separations``, if given): the default's recall and subset
     within MARGIN_POINTS of today's bands on every window (seed, run)."""
     cells: dict[tuple[float, float], list[str]] = {}
