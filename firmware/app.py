@@ -33,7 +33,11 @@ Console lines a rig can wait for: ``boot ok: ...``, ``config error: <key>: ...``
 ``ledger: window N cap ... reached ...``, ``ledger: releases stopped: <why>`` (a damaged
 or missing ledger, a clock behind the ledger, the lifetime cap; status event
 ``ledger_stopped``, and the status's ``ledger`` field says why), ``mqtt: connected ...``,
-``mqtt: connection lost ...``, ``stimulus done: ...``, ``idle: ...``.
+``mqtt: connection lost ...``, ``stimulus done: ...``, ``idle: ...``. A serial board writes
+the line it stops on, and each status line, again with backoff until its gateway answers it
+(seriallink.py, docs/protocol.md 2.3), so a gateway attached later still hears them. Status
+events: ``boot``, ``window_cap``, ``ledger_stopped``, ``progress`` (at least every
+``STATUS_MS`` while releasing) and ``done`` (the stimulus ended), each with ``last_seq``.
 """
 
 import sys
@@ -109,6 +113,10 @@ def make_rng(profile):
                        "(the micro:bit's node is mbnode.py)" % profile["entropy"])
 
 
+# A status message (with the last seq released) at least this often while releasing: a boot's
+# tail that never reaches the cloud shows against it (docs/protocol.md 13.2).
+STATUS_MS = 300000
+
 # The last milliseconds before a tick are polled, not slept: sleep_ms may wake up to about
 # a millisecond late, and a late wake would carry the phase of the draw before it.
 SPIN_MS = 2
@@ -153,6 +161,7 @@ class App:
                          cfg["config_id"], self._release, sealer=self.sealer)
         self.released = 0
         self.late = 0
+        self._status_at = self.clock.ticks_ms()
         self._held = None
         self._capped_window = None
 
@@ -223,7 +232,7 @@ class App:
                 '"eps_record":"%s","eps_record_worst":"%s","window":%d,"spent":"%s",'
                 '"cap":"%s","withheld":%d,"released":%d,"dropped":%d,"pending":%d,'
                 '"ledger":"%s","eps_total":"%s","eps_total_worst":"%s","lifetime_cap":"%s",'
-                '"period_ms":%d,"late":%d,"version":"%s","sensor":"%s"%s%s%s}'
+                '"period_ms":%d,"late":%d,"version":"%s","sensor":"%s"%s%s%s%s}'
                 % (event, self.cfg["device_id"], self.boot_id, self.profile["name"],
                    self.entropy, frac_text(row[0], row[1]), frac_text(worst[0], worst[1]),
                    led.window, led.spent_text(), led.cap_text(), led.withheld, self.released,
@@ -233,9 +242,14 @@ class App:
                    led.lifetime_text(), self.cfg["period_ms"], self.late, __version__,
                    self.sensor.kind, ',"tls":"%s"' % self.tls if self.tls else "",
                    ',"eps_cs":"%s"' % frac_text(*self.mech.eps_cs) if self.mech.eps_cs else "",
-                   ',"eps_a":"%s"' % frac_text(*self.cfg["epsilon_a"]) if self.cfg.get("epsilon_a") else ""))
+                   ',"eps_a":"%s"' % frac_text(*self.cfg["epsilon_a"]) if self.cfg.get("epsilon_a") else "",
+                   # The last seq this boot released: the cloud compares it with what it stored.
+                   ',"last_seq":%d' % ((self.node.seq - 1) & 0xFFFFFFFF) if self.released else ""))
+        self._status_at = self.clock.ticks_ms()
         if self.uplink is not None:
             self.uplink.status(text.encode())
+        elif self.link is not None:
+            self.link.say(("status: " + text).encode())     # repeated until the gateway answers
         else:
             self.log("status: " + text)
 
@@ -272,6 +286,8 @@ class App:
             # The ledger's counter, persisted before this release, is the seal's nonce.
             self.node.release(raw, led.counter)
             self.released += 1
+            if self.clock.ticks_diff(self.clock.ticks_ms(), self._status_at) >= STATUS_MS:
+                self.status("progress")
         elif code == STOPPED:
             self.log("ledger: releases stopped: %s" % led.state())
             self.status("ledger_stopped")
@@ -330,6 +346,7 @@ class App:
                     ms = t.ticks_diff(t.ticks_ms(), t_start)
                     self.log("stimulus done: %d readings, %d released, %d ms; firmware cost %d us per reading"
                              % (reads, self.released, ms, cost_us // (reads or 1)))
+                    self.status("done")
                     if link is not None:
                         link.finish()
                     elif up is None:
@@ -395,24 +412,34 @@ def configure(path):
     return validate(raw, profile), profile
 
 
+def stop(text, profile):
+    """Say why the board stops and exit with status 2. A board whose console is a gateway's
+    line writes it until the gateway answers (seriallink.tell): bytes written before a gateway
+    holds the port are lost, and the gateway publishes the line as the device's status."""
+    if profile is not None and profile["transport"] == "serial":
+        from seriallink import stdio, tell
+        write, read = stdio()
+        tell(text.encode(), write, read, time)
+    else:
+        print(text)
+    sys.exit(2)
+
+
 def main(path):
     """Validate ``path`` (a JSON config), then run; a config error stops the board with its key."""
     try:
         cfg, profile = configure(path)
     except ConfigError as e:
-        print("config error: %s" % e)
-        sys.exit(2)
+        import boards
+        stop("config error: %s" % e, boards.of_config(path))
     try:
         app = App(cfg, profile)
         app.boot()
         app.run()
     except EntropyError as e:
-        print("entropy error: %s" % e)
-        sys.exit(2)
+        stop("entropy error: %s" % e, profile)
     except SealError as e:
-        print("seal error: %s" % e)
-        sys.exit(2)
+        stop("seal error: %s" % e, profile)
     except sensor.StimulusError as e:
         # Readings released before the bad line stay valid; nothing after it is guessed.
-        print("stimulus error: %s" % e)
-        sys.exit(2)
+        stop("stimulus error: %s" % e, profile)

@@ -18,15 +18,23 @@ the records left by an earlier boot are written again the same way.
 ``finish()`` starts the drain at the end of a stimulus: ``idle()`` is then true once
 the ring is empty, or after ``DRAIN`` resend rounds did not empty it (``gave_up``:
 the records stay in the ring for the next boot).
+
+A board is heard from its first line (docs/protocol.md 2.3): bytes written while no gateway
+holds the port are lost (a Pico's USB serial drops them, a UART keeps none), so
+``say(line)`` writes a status line and writes it again, ``REPEAT_MS`` later, then twice as
+long each time up to ``REPEAT_MAX_MS``, until the gateway answers ``!=`` and the line's
+CRC-16 (``heard()``). Of the lines not heard yet it keeps the oldest (the boot status) and
+the newest: every status message holds the whole state. ``tell()`` does the same for the line a board
+stops on (``config error: ...``), blocking, before it exits.
 """
 
 try:
     from shared_protocol import wire
-    from shared_protocol.framing import LineSplitter, frame
+    from shared_protocol.framing import LineSplitter, crc16, frame
     from shared_protocol.layout import TOKEN_SIZE
 except ImportError:
     import wire  # type: ignore[no-redef]  # flat file system: the same module
-    from framing import LineSplitter, frame
+    from framing import LineSplitter, crc16, frame
     from layout import TOKEN_SIZE
 
 POLL_MS = 300      # between polls, and how long an answer may take
@@ -38,6 +46,13 @@ _TOKEN_HEX = "%02x" * TOKEN_SIZE
 # the end line fit the ~256-byte stdin buffer of the ESP32 and RP2040 ports.
 ACKS = 12
 _POLL = ("!%d\n" % ACKS).encode()
+REPEAT_MS = 1000       # first repeat of a status line the gateway has not answered
+REPEAT_MAX_MS = 16000  # the longest wait between two repeats
+
+
+def heard(line):
+    """The gateway's answer to the text line ``line`` (bytes, no newline): ``!=`` and its CRC-16."""
+    return ("!=%04x" % crc16(line)).encode()
 
 
 def token_hex(reading):
@@ -64,6 +79,9 @@ class SerialLink:
         self._got = 0               # records acknowledged since that poll
         self._quiet = 0
         self._due = clock.ticks_ms()
+        # Status lines not heard yet, at most two: the oldest (the boot status) and the newest;
+        # each [line, its answer, when to repeat, wait, repeats since the stimulus ended].
+        self._said = []
         for o in range(ring.tail, ring.head):
             rec = ring.get(o)
             if rec is not None:
@@ -89,13 +107,30 @@ class SerialLink:
         if self._asked is None:
             self._due = self.clock.ticks_ms()
 
+    def say(self, line):
+        """Write the status line ``line`` (bytes, no newline) now, and again until heard."""
+        self.write(line + b"\n")
+        e = [line, heard(line), self.clock.ticks_add(self.clock.ticks_ms(), REPEAT_MS), REPEAT_MS, 0]
+        if len(self._said) > 1:
+            self._said[1] = e
+        else:
+            self._said.append(e)
+
+    @property
+    def unheard(self):
+        """A status line the gateway has not answered yet."""
+        return bool(self._said)
+
     def finish(self):
-        """The stimulus is done: give up after ``DRAIN`` more resend rounds."""
+        """The stimulus is done: give up after ``DRAIN`` more resend rounds, and on a status
+        line not heard after ``DRAIN`` more repeats (from ``REPEAT_MS`` apart again)."""
         if self._drain is None:
             self._drain = DRAIN
+            for e in self._said:
+                e[3] = REPEAT_MS // 2
 
     def idle(self):
-        return not self.ring.pending or self.gave_up
+        return (not self.ring.pending or self.gave_up) and not self._said
 
     def service(self):
         c = self.clock
@@ -107,6 +142,17 @@ class SerialLink:
         if self.ring.dirty():
             self.ring.sync()
         now = c.ticks_ms()
+        for e in self._said[:]:
+            if c.ticks_diff(now, e[2]) < 0:
+                continue
+            if self._drain is not None:
+                e[4] += 1
+                if e[4] > DRAIN:
+                    self._said.remove(e)    # no gateway answers: the line is given up
+                    continue
+            self.write(e[0] + b"\n")
+            e[3] = min(2 * e[3], REPEAT_MAX_MS)
+            e[2] = c.ticks_add(now, e[3])
         if self._asked is not None and c.ticks_diff(now, self._asked) >= POLL_MS:
             self._answered()            # no answer in time counts as one that acknowledged nothing
         if self._quiet >= QUIET and self.ring.pending:
@@ -132,6 +178,8 @@ class SerialLink:
         if line == b"!":
             if self._asked is not None:
                 self._answered()
+        elif line[:2] == b"!=":
+            self._said = [e for e in self._said if e[1] != line]
         elif len(line) == _ACK_LINE and line[0] == 33:
             o = self._tokens.pop(line[1:], None)
             if o is not None:
@@ -168,6 +216,28 @@ class SerialLink:
         for t in list(self._tokens):
             if not ring.parts(self._tokens[t]):
                 del self._tokens[t]
+
+
+def tell(line, write, read, clock, rounds=-1):
+    """Write the line a board stops on (``config error: ...``) until the gateway answers it
+    (``heard``), waiting ``REPEAT_MS``, then twice as long each time up to ``REPEAT_MAX_MS``;
+    ``rounds`` > 0: give up after that many writes. True once heard."""
+    answer = heard(line)
+    lines = LineSplitter(40)
+    wait = REPEAT_MS
+    while rounds:
+        rounds -= 1
+        write(line + b"\n")
+        until = clock.ticks_add(clock.ticks_ms(), wait)
+        while clock.ticks_diff(until, clock.ticks_ms()) > 0:
+            data = read()
+            if data:
+                for got in lines.feed(data):
+                    if got is not None and got.rstrip(b"\r") == answer:
+                        return True
+            clock.sleep_ms(10)
+        wait = min(2 * wait, REPEAT_MAX_MS)
+    return False
 
 
 def stdio():

@@ -22,19 +22,20 @@ A profile for another number of columns than the board config's, or than ``raw_s
 is refused with one line (ProvisionError). The profile sets ``config_id``, ``epsilon``,
 ``centre`` and the columns' ``delta_q``; the window is the board config's, else the options,
 else ``DEFAULT_WINDOW_RECORDS`` records with a cap that releases all of them (each record
-costs ``columns x epsilon``), one reading per ``DEFAULT_PERIOD_MS``. The cloud-only fields
+costs what the board's ledger charges: ``columns x epsilon + epsilon_cs``, plus ``epsilon_a``
+when the board config has it; tools/provision.py ``default_window_cap``), one reading per
+``DEFAULT_PERIOD_MS``. The cloud-only fields
 (``w_o_q``, ``dbscan_*``, ``band_width_q``, ``quantum``, ``domain``) stay on the host.
 """
 from __future__ import annotations
 
 import json
 import math
-from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Sequence
 
-from dpsense.tools.provision import ProvisionError
+from dpsense.tools.provision import ProvisionError, default_window_cap
 
 DEFAULT_WINDOW_RECORDS = 600
 DEFAULT_PERIOD_MS = 1000
@@ -140,16 +141,9 @@ def config_from_profile(doc: dict[str, Any], path: str, board: dict[str, Any] | 
     if window_cap is not None:
         base["window_cap"] = window_cap
     if "window_cap" not in base:
-        # Every record of a records-window released: its cost, records x (columns x epsilon + epsilon_cs).
-        n = base.get("window_records")
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ProvisionError("window_cap: give --window-cap (a decimal string) for a window "
-                                 "that is not counted in records")
-        try:
-            cap = (Decimal(eps) * ncols + Decimal(ecs or "0")) * n
-        except InvalidOperation:
-            raise ProvisionError('%s: epsilon, epsilon_cs: must be decimal strings such as "0.5"' % path) from None
-        base["window_cap"] = "{:f}".format(cap.normalize())
+        # Every record of a records-window released: records x the board's charge per record
+        # (columns x epsilon + epsilon_cs, + epsilon_a when the board config has it).
+        base["window_cap"] = default_window_cap(base)
     if period_ms is not None:
         base["period_ms"] = period_ms
     base.setdefault("period_ms", DEFAULT_PERIOD_MS)

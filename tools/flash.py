@@ -301,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
                         % DEFAULT_WINDOW_RECORDS)
         sp.add_argument("--window-cap", metavar="EPSILON",
                         help="with --from-profile: epsilon per window (default: every reading "
-                        "of the window, records x columns x epsilon)")
+                        "of the window, records x the ledger's charge per record: columns x epsilon "
+                        "+ epsilon_cs (+ epsilon_a))")
         sp.add_argument("--period-ms", type=int, metavar="MS",
                         help="with --from-profile: ms between readings (default %d)" % DEFAULT_PERIOD_MS)
         sp.add_argument("--data-dir", default=os.environ.get("DPSENSE_DATA_DIR", "dpsense-data"),
@@ -601,7 +602,7 @@ def _no_privacy(args: argparse.Namespace, base: dict) -> dict:
         raise SystemExit("flash: --no-privacy is for a board without a hardware entropy source; board %s "
                          "draws from os.urandom" % args.board)
     if entropy != "urandom":
-        base = {k: v for k, v in base.items() if k != "epsilon_cs"}
+        base = pv.drop_charged(base, ("epsilon_cs",))
     return base
 
 

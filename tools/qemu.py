@@ -30,6 +30,9 @@ from dpsense.tools.rawrepl import RawRepl, ReplTimeout
 QEMU = "qemu-system-arm"
 FIRMWARE = Path("/usr/share/firmware-microbit-micropython/firmware.hex")
 DEBIAN_PACKAGES = ("qemu-system-arm", "firmware-microbit-micropython")
+# The nRF51's code flash: 256 KB from address 0, in pages of 1 KB.
+FLASH_SIZE = 0x40000
+PAGE_SIZE = 0x400
 _PTY_LINE = re.compile(rb"char device redirected to (/dev/pts/\d+)")
 _PROMPT = b">>> "
 
@@ -62,6 +65,38 @@ def missing_reason(qemu: str = QEMU, firmware: str | Path = FIRMWARE) -> str | N
         return None
     return ("; ".join(missing) + ". Install with: sudo apt-get install "
             + " ".join(DEBIAN_PACKAGES))
+
+
+def left_out_pages(firmware: str | Path) -> list[int]:
+    """The addresses of the code-flash pages the Intel HEX ``firmware`` leaves out entirely:
+    after the chip erase that flashing a real micro:bit starts with, they hold 0xFF, and the
+    file system lives there."""
+    covered = bytearray(FLASH_SIZE // PAGE_SIZE)
+    base = 0
+    for line in Path(firmware).read_text().split():
+        if not line.startswith(":") or len(line) < 11:
+            raise ValueError("%s: not an Intel HEX line: %r" % (firmware, line[:40]))
+        raw = bytes.fromhex(line[1:])
+        if sum(raw) & 0xFF:
+            raise ValueError("%s: bad checksum in %r" % (firmware, line[:40]))
+        n, addr, kind = raw[0], int.from_bytes(raw[1:3], "big"), raw[3]
+        if kind == 1:
+            break
+        if kind == 4:
+            base = int.from_bytes(raw[4:6], "big") << 16
+        elif kind == 2:
+            base = int.from_bytes(raw[4:6], "big") << 4
+        elif kind == 0 and n:
+            for page in range((base + addr) // PAGE_SIZE, (base + addr + n - 1) // PAGE_SIZE + 1):
+                if page < len(covered):
+                    covered[page] = 1
+    return [i * PAGE_SIZE for i, c in enumerate(covered) if not c]
+
+
+# Erase those pages from the board itself, through the nRF51's flash controller (NVMC: READY
+# at 0x4001E400, CONFIG at 0x504 with 2 = erase enabled, ERASEPAGE at 0x508).
+_ERASE = ("import machine\nm=machine.mem32\nm[0x4001E504]=2\nfor a in %r:\n m[0x4001E508]=a\n"
+          " while not m[0x4001E400]:\n  pass\nm[0x4001E504]=0\nprint('erased',len(%r))")
 
 
 class QemuMicrobit:
@@ -117,10 +152,29 @@ class QemuMicrobit:
             self.transport = PtyTransport(self.pty)
             self.banner = self._wait_for_prompt()
             self._wait_for_echo()
+            self._erase_file_system()
         except BaseException:
             self.close()
             raise
         return self
+
+    def _erase_file_system(self) -> None:
+        """Erase the flash the firmware leaves out, then reset, as flashing a real board does.
+
+        QEMU's nRF51 starts with its flash all zeros, and zero is the micro:bit file
+        system's mark of a freed, not erased, chunk: the file system then reclaims space
+        through sweeps a fresh board never needs, and a large write can come back cut short
+        (``OSError: 28`` with half the space unused). The erase is done by the board, not by
+        loading 0xFF into QEMU, because QEMU loads its images again at every reset, which
+        would wipe the files a reset must keep."""
+        pages = left_out_pages(self.firmware)
+        repl = self.repl()
+        repl.enter()
+        out = repl.exec(_ERASE % (pages, pages), 30)
+        if "erased %d" % len(pages) not in out:
+            raise RuntimeError("erasing the emulated board's file system failed: %r" % out)
+        self.reset()
+        self._wait_for_echo()
 
     def _monitor_path(self) -> str:
         assert self._monitor_dir is not None

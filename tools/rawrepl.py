@@ -370,26 +370,42 @@ class RawRepl:
         """
         want = adler32_parts(data)
         last: Exception | None = None
-        for _ in range(max(1, retries)):
-            try:
-                self._write_once(name, data, literal_size, exec_size, timeout)
-                got = self.file_checksum(name, timeout)
-            except RawReplError as e:
-                self._close_device_file()
-                if e.exception_line.startswith("OSError"):
-                    raise
-                last = e
-                continue
-            except ReplTimeout as e:
-                last = e
-                self.enter()
-                self._close_device_file()
-                continue
-            if got == want:
-                return
-            last = VerifyError("%s on the device: size %d, adler (%d, %d); sent: size %d, "
-                               "adler (%d, %d)" % ((name,) + got + want))
+        pace = (self.chunk_size, self.pause)
+        try:
+            for attempt in range(max(1, retries)):
+                if attempt and self.chunk_size > 0:
+                    # Bytes were lost: the board fell behind (a loaded host slows an emulated
+                    # one too). Each rewrite goes at half the pace of the one before.
+                    self.chunk_size = max(8, self.chunk_size // 2)
+                    self.pause = max(self.pause, 0.005) * 2
+                got = self._write_attempt(name, data, literal_size, exec_size, timeout)
+                if isinstance(got, Exception):
+                    last = got
+                    continue
+                if got == want:
+                    return
+                last = VerifyError("%s on the device: size %d, adler (%d, %d); sent: size %d, "
+                                   "adler (%d, %d)" % ((name,) + got + want))
+        finally:
+            self.chunk_size, self.pause = pace
         raise VerifyError("could not write %s after %d attempt(s): %s" % (name, retries, last))
+
+    def _write_attempt(self, name: str, data: bytes, literal_size: int, exec_size: int,
+                       timeout: float) -> tuple[int, int, int] | ReplError:
+        """One whole write and its checksum read back, or the error that says the device
+        lost bytes on the way (its exception, or a timeout), after closing its file."""
+        try:
+            self._write_once(name, data, literal_size, exec_size, timeout)
+            return self.file_checksum(name, timeout)
+        except RawReplError as e:
+            self._close_device_file()
+            if e.exception_line.startswith("OSError"):
+                raise
+            return e
+        except ReplTimeout as e:
+            self.enter()
+            self._close_device_file()
+            return e
 
     def _write_once(self, name: str, data: bytes, literal_size: int, exec_size: int,
                     timeout: float) -> None:

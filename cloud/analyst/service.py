@@ -71,6 +71,7 @@ from dpsense.cloud.analyst.outliers.distance import BetaRAnomalies, DistanceOutl
 from dpsense.cloud.deploy.profile import DeviceProfile
 from dpsense.cloud.transport.session import Session
 from dpsense.cloud.ops.results import iso_time
+from dpsense.cloud.ingest.clock import ArrivalClock
 from dpsense.cloud.storage import AnalystStore, StorageError, Verdict, WindowRecord
 from dpsense.cloud.errors import StorageUnavailable, backoff_delay
 from dpsense.cloud.storage.claims import ClaimLost, PartitionClaims
@@ -215,7 +216,7 @@ class Analyst:
 
     def __init__(self, conn: Connection, open_store: Callable[[], Any], params: AnalystParams,
                  log: Callable[[str], None] | None = None, alerts: Alerts | None = None,
-                 webhook: str | None = None, clock: Callable[[], float] = time.time,
+                 webhook: str | None = None, clock: Callable[[], float] | None = None,
                  profile: Callable[[], DeviceProfile | None] | None = None,
                  owner: str | None = None, lease: float = 15.0) -> None:
         self.conn = conn
@@ -230,7 +231,11 @@ class Analyst:
         self.params = params
         self._profile = profile
         self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
-        self.clock = clock
+        # Window ends and closing times: a wall-clock step must neither close windows early nor
+        # hold them for as long as the step (cloud/ingest/clock.py); each step is stored as an event.
+        self._steps: list[float] = []
+        self.clock: Callable[[], float] = clock or ArrivalClock(log=self.log, on_step=self._steps.append,
+                                                               who="analyst")
         self._q: queue.Queue[dict[str, Any]] = queue.Queue()
         # Mode secure's garbled comparison is about 2 KB per row (secure.MAX_MESSAGE bounds it).
         secure = params.mode == "secure"
@@ -314,10 +319,12 @@ class Analyst:
         prof = self._profile()
         if prof is None:
             return
+        # Without a profile at the start the outlier share was the default: the profile's replaces it.
         self.params = replace(p, centre_q=p.centre_q if p.centre_q is not None else tuple(map(float, prof.centre_q)),
-                              band_width_q=p.band_width_q if p.band_width_q > 0 else prof.band_width_q)
-        self.log("analyst: profile.json: centre %s, band width %g quanta"
-                 % (list(self.params.centre_q or ()), self.params.band_width_q))
+                              band_width_q=p.band_width_q if p.band_width_q > 0 else prof.band_width_q,
+                              outlier_share=prof.outlier_share if p.centre_q is None else p.outlier_share)
+        self.log("analyst: profile.json: centre %s, band width %g quanta, outlier share %g"
+                 % (list(self.params.centre_q or ()), self.params.band_width_q, self.params.outlier_share))
 
     def _paper_round(self, rid: int, window: int, final: bool, tokens: list[bytes], presumed: np.ndarray,
                      dist: np.ndarray,
@@ -578,6 +585,7 @@ class Analyst:
         try:
             self._claim(store)
             now = self.clock()
+            self._record_steps(store, now)
             self._observe(store, now)
             if self.params.spec.seconds is not None:
                 self._close_time_windows(store, now)
@@ -591,6 +599,14 @@ class Analyst:
             self._claimed_at = float("-inf")
             self._stale = True
             return 0
+
+    def _record_steps(self, store: AnalystStore, now: float) -> None:
+        """Wall-clock steps the clock saw: an event each and the ``clock_steps`` counter (/metrics)."""
+        while self._steps:
+            jump = self._steps[0]
+            store.add_event("clock", "the wall clock stepped by %+.1f s; windows keep to the monotonic clock"
+                            % jump, now, counts={"clock_steps": 1})
+            self._steps.pop(0)
 
     def _mine(self, group: str) -> bool:
         return self._claims is None or group in self._claims.owned

@@ -42,6 +42,9 @@ class DeviceProfile:
     band_width_q: float = 0.0
     #: The boards' config ``epsilon_cs`` (None: boards that add no noise to d_diff).
     epsilon_cs: str | None = DEFAULT_EPSILON_CS
+    # The share of outliers the analyst expects in a window (its round skip and the model-fit
+    # check, cloud/correction/fit.py): calibrated with the rest; 0.10 in profiles written before.
+    outlier_share: float = 0.10
 
     def mechanism(self, rng: object) -> RecordMechanism:
         """The board's per-record mechanism for this profile (identity scaling over the domain),

@@ -49,6 +49,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from dpsense.cloud.errors import DpsenseError, ServiceError, StorageUnavailable, UsageError
 from dpsense.cloud.ingest.acks import Acknowledger
 from dpsense.cloud.ingest.classify import classify_correction, classify_reading
+from dpsense.cloud.ingest.clock import ArrivalClock
 from dpsense.cloud.transport import topics
 from dpsense.cloud.transport.mqttio import BufferedClient, NetworkLoop
 from dpsense.cloud.transport.session import Connection, Session
@@ -149,8 +150,8 @@ class IngestService:
                  store: Any, batch_size: int = 500, batch_wait: float = 0.05,
                  log: Callable[[str], None] | None = None, progress_every: float = 5.0,
                  retire: bool = False,
-                 acknowledger: Callable[[Callable[[str, bytes], None]], Acknowledger] | None = None
-                 ) -> None:
+                 acknowledger: Callable[[Callable[[str, bytes], None]], Acknowledger] | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self.conn = conn
@@ -163,6 +164,8 @@ class IngestService:
         self.batch_wait = batch_wait
         self.stats = IngestStats()
         self.log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+        # Arrival stamps: a wall-clock step must not reorder readings nor move their windows.
+        self.clock = clock or ArrivalClock(log=self.log, who="ingest")
         self.progress_every = progress_every
         self._q = _Inbox()
         self._gen = 0
@@ -226,7 +229,7 @@ class IngestService:
         self.session.lost(reason)
 
     def _on_message(self, client: mqtt.Client, userdata: Any, msg: mqtt.MQTTMessage) -> None:
-        self._q.put(_Msg(msg.topic, bytes(msg.payload), msg.mid, msg.qos, self._gen, time.time()))
+        self._q.put(_Msg(msg.topic, bytes(msg.payload), msg.mid, msg.qos, self._gen, self.clock()))
 
     # -- main loop ------------------------------------------------------------------------
     def start(self, timeout: float = 10.0) -> None:

@@ -24,10 +24,11 @@ from datetime import datetime, timezone
 from fractions import Fraction
 
 from dpsense.cloud.storage import DEFAULT_GROUP, AnalystStore, Event, Verdict, WindowRecord
+from dpsense.cloud.storage.repository import SEQ_MOD
 from dpsense.cloud.storage.stream import WINDOW_STATES
 
-__all__ = ["DeviceRow", "Event", "Metrics", "Verdict", "WindowRecord", "candidates", "devices", "events",
-           "iso_time", "metrics", "parse_since", "window", "windows"]
+__all__ = ["DeviceRow", "Event", "Metrics", "Tail", "Verdict", "WindowRecord", "candidates", "devices", "events",
+           "iso_time", "metrics", "parse_since", "tails", "window", "windows"]
 
 _AGO = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhd])")
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -67,6 +68,63 @@ class DeviceRow:
     set_apart: int = 0            # readings set apart from their windows (another column count or config_id)
     round_readings: int = 0       # readings in windows that ran a correction round
     eps_a: Fraction | None = None
+    # Readings its boards said they released (``last_seq`` in a status) that were never stored
+    # after the highest stored one of that boot: a lost tail (``tails``); None: no board said.
+    tail_missing: int | None = None
+    stopped: str | None = None    # the line the board stopped on (a config error), its latest status
+
+    @property
+    def stopped_flag(self) -> int:
+        return int(self.stopped is not None)
+
+
+@dataclass(frozen=True)
+class Tail:
+    """One boot's end as its board announced it against what the store holds.
+
+    ``last_seq`` is the newest sequence number the board said it released (its latest status
+    message of that boot, docs/protocol.md 13.2); ``stored_last`` the highest stored (on the
+    circle of 2^32, as ``Gap``), None when nothing of the boot is stored; ``missing`` the
+    numbers after it up to ``last_seq``: records that never arrived, which no gap shows."""
+
+    device_id: int
+    boot_id: int
+    last_seq: int
+    stored_last: int | None
+    missing: int
+
+
+def tails(store: AnalystStore) -> list[Tail]:
+    """Every (device, boot) whose status says its last seq, by device and boot. Status messages
+    without ``last_seq`` (older firmware) say nothing and are left out."""
+    gaps = {(g.device_id, g.boot_id): g for g in store.gaps()}
+    out = []
+    for s in store.latest_statuses():
+        last = _int(s.fields.get("last_seq"))
+        if s.boot_id is None or last is None or not 0 <= last < SEQ_MOD:
+            continue
+        g = gaps.get((s.device_id, s.boot_id))
+        if g is None:
+            out.append(Tail(s.device_id, s.boot_id, last, None, last + 1))
+            continue
+        ahead = (last - g.last_seq) % SEQ_MOD
+        # Behind the stored end (by less than half the circle): the status is older than those records.
+        out.append(Tail(s.device_id, s.boot_id, last, g.last_seq, ahead if ahead < SEQ_MOD // 2 else 0))
+    return out
+
+
+def board_notes(store: AnalystStore) -> list[str]:
+    """``dpsense status``'s lines on the boards: those stopped (as their gateway said) and boot
+    tails that never arrived."""
+    out = ["boards      device %d stopped: %s" % (r.device_id, r.stopped) for r in devices(store) if r.stopped]
+    lost = [t for t in tails(store) if t.missing]
+    if lost:
+        out.append("tails       %d readings released (the boards' status says) after the last stored of their boot "
+                   "never arrived: %s" % (sum(t.missing for t in lost), ", ".join(
+                       "device %d boot %d: last seq %d, stored up to %s: %d" % (
+                           t.device_id, t.boot_id, t.last_seq, "none" if t.stored_last is None else t.stored_last,
+                           t.missing) for t in lost)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -87,6 +145,7 @@ class Metrics:
     readings_carried: int         # readings of windows below the minimum, each time they were carried
     candidates: int
     readings_set_apart: int = 0   # readings not scored: another column count or config_id than their window
+    clock_steps: int = 0          # wall-clock steps the analyst saw (cloud/ingest/clock.py)
 
 
 def iso_time(t: float | None) -> str:
@@ -186,6 +245,9 @@ def devices(store: AnalystStore, epsilon_a: Fraction = Fraction(1)) -> list[Devi
         er = _fraction(s.fields.get("eps_record"))
         if s.boot_id is not None and er is not None:
             boot_eps[(s.device_id, s.boot_id)] = er
+    lost: dict[int, int] = {}
+    for t in tails(store):
+        lost[t.device_id] = lost.get(t.device_id, 0) + t.missing
     rows = []
     for d in sorted(set(groups) | set(boots) | set(latest) | set(apart)):
         at, fields = latest.get(d, (None, {}))
@@ -205,7 +267,8 @@ def devices(store: AnalystStore, epsilon_a: Fraction = Fraction(1)) -> list[Devi
             ledger_window=_int(fields.get("window")), eps_window=_fraction(fields.get("spent")),
             cap=_fraction(fields.get("cap")), eps_total=total, status_event=_str(fields.get("event")),
             status_at=at, set_apart=apart.get(d, 0), round_readings=in_rounds.get(d, 0),
-            eps_a=_fraction(fields.get("eps_a"))))
+            eps_a=_fraction(fields.get("eps_a")), tail_missing=lost.get(d),
+            stopped=_str(fields.get("error")) if fields.get("event") == "stopped" else None))
     return rows
 
 
@@ -252,4 +315,4 @@ def metrics(store: AnalystStore) -> Metrics:
         rounds_failed=int(c["rounds_failed"]), round_seconds_total=c["round_seconds_total"],
         last_round_seconds=done[0].round_s if done else None, readings_carried=int(c["readings_carried"]),
         candidates=sum(store.candidate_counts().values()),
-        readings_set_apart=int(c.get("readings_set_apart", 0)))
+        readings_set_apart=int(c.get("readings_set_apart", 0)), clock_steps=int(c.get("clock_steps", 0)))

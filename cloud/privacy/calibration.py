@@ -340,7 +340,8 @@ def dp_calibrate(data: Data, *, bounds: tuple[float, float], epsilon: object, de
     return DeviceProfile(quantum=float(quantum), domain=max(abs(lo), abs(hi)), delta_q=delta_q,
                          epsilon=device_epsilon, centre_q=tuple(int(c) for c in np.rint(centre / quantum)),
                          config_id=config_id, w_o_q=w_o / quantum, dbscan_eps=float(dbscan_eps),
-                         dbscan_min_samples=int(dbscan_min_samples), band_width_q=band_q)
+                         dbscan_min_samples=int(dbscan_min_samples), band_width_q=band_q,
+                         outlier_share=outlier_percent / 100.0)
 
 
 def load_csv(path: str) -> np.ndarray:

@@ -225,7 +225,7 @@ def run_pipeline_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> int:
           % (data_seed, NOT_PRIVATE))
         w("%-8s %-36s %10s %10s %10s\n" % ("epsilon", "method", "recall", "subset", "precision"))
         for r in rows:
-            if r.method in ("global", "relaxed", "paper", "bands"):
+            if r.method in ("global", "relaxed", "paper", "bands", "default"):
                 w("%-8g %-36s %9.1f%% %9.1f%% %9.1f%%\n" % (r.epsilon, r.method, 100 * r.recall, 100 * r.subset,
                                                           100 * r.precision))
 

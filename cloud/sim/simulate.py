@@ -106,13 +106,18 @@ class FleetEncoder:
                 progress(i + 1, n)
         return Encoded(dev_ids, seqs, readings, corrections, raw_q, released)
 
-    def status(self, device_id: int) -> bytes:
-        """The ``boot`` status message of a device, in a board's words (firmware/app.py)."""
+    def status(self, device_id: int, event: str = "boot") -> bytes:
+        """A status message of a device, in a board's words (firmware/app.py): ``boot``, or ``done``
+        with ``last_seq``, the last sequence number it released (docs/protocol.md 13.2)."""
         m = self._mechs[device_id - 1]
-        doc = {"event": "boot", "device": device_id, "boot": self.boot_id, "board": "simulated",
+        doc: dict[str, object] = {"event": event, "device": device_id, "boot": self.boot_id, "board": "simulated",
                "entropy": "xorshift32 (seeded)" if self.seeded else "secrets",
                "eps_record": str(Fraction(*m.epsilon_row())), "eps_record_worst": str(Fraction(*m.epsilon_row_worst())),
                "sensor": "simulated"}
+        released = self._seq[device_id - 1]
+        if event != "boot" and released:
+            doc["released"] = released
+            doc["last_seq"] = released - 1
         return json.dumps(doc, separators=(",", ":")).encode()
 
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 DEFAULT_GROUP = "default"
 WINDOW_STATES = ("closed", "held", "done", "carried")
 COUNTERS = ("ingest_received", "ingest_stored", "ingest_duplicates", "ingest_dead_letters", "windows_closed", "rounds_completed",
-            "rounds_failed", "round_seconds_total", "readings_carried", "readings_set_apart")
+            "rounds_failed", "round_seconds_total", "readings_carried", "readings_set_apart", "clock_steps")
 # Per-device counts of readings set apart are counters named SET_APART_PREFIX + device id.
 SET_APART_PREFIX = "set_apart.d"
 _TOKEN_CHUNK = 50_000
@@ -110,7 +110,8 @@ POSTGRES_V4 = ("ALTER TABLE windows ADD COLUMN fit text",)
 # Fields of a board's status message the analyst keeps (firmware/app.py, cloud/transport/gateway/);
 # anything else in a status message is dropped, so nothing a board adds by mistake is stored.
 STATUS_FIELDS = ("event", "device", "boot", "board", "entropy", "eps_record", "eps_record_worst", "eps_a",
-                 "window", "spent", "cap", "withheld", "released", "dropped", "pending", "sensor", "mem_free")
+                 "window", "spent", "cap", "withheld", "released", "dropped", "pending", "sensor", "mem_free",
+                 "last_seq", "error")
 
 
 def _majority(widths: list[int]) -> int:
@@ -493,10 +494,11 @@ class StreamTables(TokenListing):
                 (at, kind, group, window, text))
 
     def add_event(self, kind: str, text: str, at: float, group: str | None = None, window: int | None = None,
-                  carried: int = 0) -> None:
+                  carried: int = 0, counts: dict[str, float] | None = None) -> None:
+        """Log an event; ``counts`` are added to the running totals in the same transaction."""
         with self._write("log an event") as cur:
             self._event(cur, at, kind, group, window, text)
-            self._bump(cur, {"readings_carried": carried})
+            self._bump(cur, dict(counts or {}, readings_carried=carried))
 
     def events(self, limit: int = 20) -> list[Event]:
         """The most recent ``limit`` events, newest first."""

@@ -2,6 +2,7 @@
 
     profile = load()            # from sys.platform / sys.implementation._machine
     profile = load("pico_w")     # a config's ``board`` key; ValueError for an unknown name
+    profile = of_config("config.json")   # after the config was refused: its board, or None
 
 A profile is a dict ``PROFILE`` with:
 
@@ -69,3 +70,24 @@ def load(name=None):
         if mod.PROFILE["name"] != name:
             raise ValueError("board.py is %s, not %s" % (mod.PROFILE["name"], name))
     return mod.PROFILE
+
+
+def of_config(path):
+    """The profile of the board whose config at ``path`` was refused (its ``board`` key when
+    the file says one, else the detected board), or None: where its console goes."""
+    import json
+    name = None
+    try:
+        f = open(path)
+        try:
+            raw = json.load(f)
+        finally:
+            f.close()
+        if isinstance(raw, dict) and isinstance(raw.get("board"), str):
+            name = raw["board"]
+    except (OSError, ValueError):
+        pass
+    try:
+        return load(name)
+    except (ValueError, ImportError):
+        return None

@@ -216,14 +216,16 @@ def test_event_lines_become_the_full_firmware_console_text_and_status_messages()
         "console: idle: all 12 records acknowledged (3 resent)",
         "console: idle: 2 records not acknowledged, kept for the next boot (3 resent)"]
     import json
-    boot, cap = [json.loads(p) for t, p in pubs]
+    boot, cap, done = [json.loads(p) for t, p in pubs]
     assert all(t == "dpsense/status/d7" for t, _ in pubs)
     assert boot == {"event": "boot", "device": 7, "boot": 99, "board": "microbit",
                     "entropy": "prng_no_dp", "eps_record": "1/4", "eps_record_worst": "4", "cap": "1",
                     "pending": 2, "dropped": 0, "mem_free": 2288, "version": "0.2.0", "ledger": "ok"}
     assert cap == {"event": "window_cap", "device": 7, "boot": 99, "board": "microbit",
                    "entropy": "prng_no_dp", "eps_record": "1/4", "window": 0, "spent": "1",
-                   "cap": "1", "withheld": 1, "released": 4}
+                   "cap": "1", "withheld": 1, "released": 4, "last_seq": 3}
+    # The end of the stimulus says the boot's last seq (docs/protocol.md 13.2).
+    assert done == dict({k: v for k, v in boot.items() if k != "pending"}, event="done", released=12, last_seq=11)
     assert gw.stats.events == 5 and gw.stats.malformed == 0
 
 
@@ -403,3 +405,20 @@ def test_a_conflicting_record_under_the_same_key_is_never_acknowledged_to_the_bo
     _commit(gw, CORRECTION)
     gw.feed(b"!\n")
     assert gw.take_replies() == b"!" + TOKEN.hex().encode() + b"\n!\n"
+
+
+def test_status_and_stop_lines_are_answered_each_time_and_published_once():
+    """docs/protocol.md 2.3: a board says them until heard; a repeat is answered, not republished."""
+    from dpsense.protocol.framing import crc16
+    gw, pubs, logs = _gateway()
+    line = b'status: {"event":"boot","device":7,"boot":5}'
+    gw.feed(line + b"\r\n" + line + b"\n")
+    assert gw.take_replies() == (b"!=%04x\n" % crc16(line)) * 2
+    assert pubs == [("dpsense/status/d7", line[8:])]
+    stop = b"seal error: seal.key: no key file"
+    gw.feed(stop + b"\n" + stop + b"\n")
+    assert gw.take_replies() == (b"!=%04x\n" % crc16(stop)) * 2
+    assert pubs[1:] == [("dpsense/status/d7", b'{"event":"stopped","device":7,"error":"seal error: seal.key: no key file"}')]
+    assert logs.count("gateway: d7 stopped: seal error: seal.key: no key file") == 1 and gw.stopped == stop.decode()
+    gw.feed(b"hello: not a status\n")
+    assert gw.take_replies() == b""                      # any other console line gets no answer

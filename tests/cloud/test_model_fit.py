@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 from typing import Any
 
 import numpy as np
@@ -34,9 +35,10 @@ from dpsense.cloud.storage import AnalystStore, Reading, open_analyst_store
 from tests.cloud.roundkit import LOOSE, Exact
 from tests.cloud.test_stream_analyst import Clock, InProcessServer, make_analyst
 
-HELD_OUT = (7, 13, 21)
+# Five seeds none of which chose a threshold, the three epsilons, small windows.
+HELD_OUT = (7, 13, 21, 34, 55)
 assert not set(HELD_OUT) & set(TUNING_SEEDS)
-CFG = FamiliesConfig(seeds=HELD_OUT, epsilons=(0.5, 1.0), n=4_000)
+CFG = FamiliesConfig(seeds=HELD_OUT, epsilons=(0.5, 1.0, 2.0), n=2_000)
 UNFIT = ("elongated", "two_clusters", "ring")
 
 
@@ -51,7 +53,7 @@ def _never_below(rows: list[FamilyRow], recall: str = "recall") -> list[FamilyRo
 
 def test_every_family_is_covered(rows: list[FamilyRow]) -> None:
     assert {r.family for r in rows} == set(FAMILIES)
-    assert len(rows) == len(FAMILIES) * len(HELD_OUT) * 2
+    assert len(rows) == len(FAMILIES) * len(HELD_OUT) * len(CFG.epsilons)
 
 
 def test_the_default_is_never_below_o_prime_by_more_than_half_a_point(rows: list[FamilyRow]) -> None:
@@ -82,7 +84,7 @@ def test_power_bands_without_the_check_fails_the_criterion(rows: list[FamilyRow]
 
 
 def test_power_a_loose_threshold_fails_the_criterion() -> None:
-    loose = run_families(FamiliesConfig(families=("radial_groups",), seeds=HELD_OUT, epsilons=(1.0,), n=4_000,
+    loose = run_families(FamiliesConfig(families=("radial_groups",), seeds=(7, 13, 21), epsilons=(1.0,), n=4_000,
                                         max_shortfall=0.1))
     assert _never_below(loose)
 
@@ -191,9 +193,14 @@ def test_the_command_prints_the_table_and_names_its_seeds(capsys: pytest.Capture
     out = capsys.readouterr().out
     assert "| paper1 | 1 |" in out and "| ring | 1 |" in out
     assert "seeds 7 (none of them tuned on)" in out
+    assert cli.main(["experiment", "families", "--n", "1000", "--seeds", "7", "--epsilons", "1",
+                     "--families", "ring"]) == 0
+    out = capsys.readouterr().out
+    assert "| ring | 1 |" in out and "| paper1 |" not in out
 
 
-@pytest.mark.parametrize("argv", [["--n", "10"], ["--seeds", "1.5"], ["--seeds", "7,7"], ["--epsilons", "0"]])
+@pytest.mark.parametrize("argv", [["--n", "10"], ["--seeds", "1.5"], ["--seeds", "7,7"], ["--epsilons", "0"],
+                                  ["--families", "paper1,nope"]])
 def test_the_command_refuses_bad_arguments(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     from dpsense.cloud import cli
     try:
@@ -203,3 +210,42 @@ def test_the_command_refuses_bad_arguments(argv: list[str], capsys: pytest.Captu
     assert rc == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.strip()
+
+
+# -- the outlier share is calibrated, not a constant ---------------------------------------------------
+def test_the_outlier_share_is_calibrated_with_the_profile(tmp_path: Any) -> None:
+    from dpsense.cloud.deploy.profile import PROFILE_FILE, load_profile, save_profile
+    from dpsense.cloud.privacy.calibration import dp_calibrate
+    from dpsense.cloud.sim.calibration import calibrate
+    from dpsense.cloud.sim.datasets import paper1_synthetic
+    for share in (0.05, 0.10):
+        ref = paper1_synthetic(5_000, 220.0, "scale", share, seed=1003).x
+        prof = calibrate(ref, "0.5", 0.01)
+        assert prof.outlier_share == pytest.approx(share, abs=0.002)     # the reference's detected share
+        dp = dp_calibrate(ref, bounds=(-600, 600), epsilon=1, device_epsilon="0.5", quantum=0.01,
+                          outlier_percent=100 * share, rng=random.Random(3))
+        assert dp.outlier_share == pytest.approx(share)                  # the curator's --outlier-percent
+    save_profile(tmp_path, prof)
+    assert load_profile(tmp_path) == prof
+    old = json.loads((tmp_path / PROFILE_FILE).read_text())
+    del old["outlier_share"]                                             # a profile written before the field
+    (tmp_path / PROFILE_FILE).write_text(json.dumps(old))
+    assert load_profile(tmp_path).outlier_share == 0.10                  # type: ignore[union-attr]
+
+
+def test_the_analyst_takes_the_outlier_share_from_the_profile() -> None:
+    from dataclasses import replace
+
+    from dpsense.cloud.sim.calibration import calibrate
+    from dpsense.cloud.sim.datasets import paper1_synthetic
+    prof = replace(calibrate(paper1_synthetic(2_000, 220.0, seed=1003).x, "0.5", 0.01), outlier_share=0.04)
+    with open_analyst_store("sqlite://") as store:
+        server = InProcessServer({})
+        a, logs = make_analyst(store, server, Clock(2000.0), WindowSpec(count=100), centre_q=None,
+                               profile=lambda: prof)
+        a._provisioned()          # an analyst started before profile.json existed takes it when it appears
+        assert a.params.outlier_share == 0.04 and any("outlier share 0.04" in line for line in logs)
+        # One whose parameters were set from a profile at the start keeps them.
+        b, _ = make_analyst(store, server, Clock(2000.0), WindowSpec(count=100), profile=lambda: prof)
+        b._provisioned()
+        assert b.params.outlier_share == 0.10

@@ -85,7 +85,68 @@ def test_flash_all_pico_then_gateway_on_its_port(tmp_path: Path) -> None:
             assert len({r.boot_id for r in rows}) == 1
             idle = [ln for ln in gw_log.read_text().splitlines() if "console: idle:" in ln]
             print("pico on the stand-in: %s" % idle[-1])
+            # Started before its gateway, the board is heard all the same: it says its boot status
+            # until the gateway answers (docs/protocol.md 2.3), and its last seq once its stimulus ends.
+            cloud.wait(lambda: bool(cloud.status_events("boot") and cloud.status_events("done")), 30,
+                       "the boot and done statuses of a board started before its gateway", gw_log)
+            boot = cloud.status_events("boot")[0]
+            assert (boot["device"], boot["entropy"], boot["eps_record"], boot["cap"]) == (9, "os.urandom", "1", "1000")
+            assert cloud.status_events("done")[-1]["last_seq"] == N - 1
         finally:
             for p in procs:
                 stop(p)
             cloud.close()
+
+
+def test_a_pico_stopped_on_a_config_error_before_its_gateway_is_heard(tmp_path: Path, capsys) -> None:
+    """The stand-in Pico powers on with a bad config while no gateway holds its port: it writes
+    ``config error: ...`` again with backoff until a gateway answers; the gateway attached later
+    logs it and publishes it as the device's status, which ``dpsense status`` shows."""
+    try:
+        micropython_binary()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    import time
+
+    from dpsense.cloud import cli
+    from dpsense.cloud.analyst.devices import classify_status
+    from dpsense.cloud.storage import open_analyst_store
+    from dpsense.cloud.transport.gateway.relay import Gateway
+    from dpsense.cloud.transport.serialport import PtyTransport
+    from dpsense.tools.deploy import BOARDS, board_uploads, default_uploads, deploy_folder
+    from dpsense.tools.ptyboard import PtyBoard
+
+    folder = tmp_path / "pico"
+    folder.mkdir()
+    pico = BOARDS["pico"]
+    deploy_folder(folder, board_uploads(pico, default_uploads(pico), False, folder=folder), log=lambda s: None)
+    (folder / "config.json").write_text(json.dumps({"board": "pico", "device_id": 3}))
+    pubs: list[tuple[str, bytes]] = []
+    logs: list[str] = []
+    with PtyBoard(folder) as board:            # power-on: main.py runs, nobody listens
+        time.sleep(2.0)                        # its first lines are lost, as on a Pico's USB serial
+        assert board.pty is not None
+        port = PtyTransport(board.pty)
+        try:
+            gw = Gateway(3, lambda t, p: pubs.append((t, p)), logs.append)
+            deadline = time.monotonic() + 30
+            # Until the board has exited (main.py ended: the REPL's banner) or the deadline.
+            while time.monotonic() < deadline and not any('Type "help()"' in ln for ln in logs):
+                gw.feed(port.read_some(0.05))
+                reply = gw.take_replies()
+                if reply:
+                    port.write(reply)
+        finally:
+            port.close()
+    said = [ln for ln in logs if ln.startswith("console: config error: ")]
+    assert said and said[0] == "console: config error: columns: required", logs
+    # Answered, the board stopped saying it and exited (the REPL's banner came next).
+    assert len(said) == 1 and 'Type "help()"' in logs[-1], logs
+    assert "gateway: d3 stopped: config error: columns: required" in logs
+    assert pubs == [("dpsense/status/d3", b'{"event":"stopped","device":3,"error":"config error: columns: required"}')]
+    data = tmp_path / "a"
+    data.mkdir()
+    with open_analyst_store("sqlite:///%s" % (data / "analyst.db")) as store:
+        store.add_statuses([classify_status(pubs[0][0], pubs[0][1], time.time())], [])
+    assert cli.main(["status", "--data-dir", str(data), "--correction-data-dir", str(tmp_path / "cs")]) == 0
+    assert "boards      device 3 stopped: config error: columns: required" in capsys.readouterr().out

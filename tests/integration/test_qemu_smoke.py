@@ -174,12 +174,17 @@ def test_write_file_rewrites_a_file_corrupted_in_transit(
         board: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
     lossy = _DropOnce(board.qemu.transport)
     repl = RawRepl(lossy, board.repl.chunk_size, board.repl.pause, raw_paste=False)
-    attempts: list[str] = []
+    attempts: list[tuple[str, int, float]] = []
     write_once = repl._write_once
-    monkeypatch.setattr(repl, "_write_once", lambda *a: attempts.append(a[0]) or write_once(*a))
+    monkeypatch.setattr(repl, "_write_once", lambda *a: attempts.append((a[0], repl.chunk_size, repl.pause))
+                        or write_once(*a))
     payload = b"abc" * 20 + b"z" + b"xyz" * 20
+    pace = (repl.chunk_size, repl.pause)
     repl.write_file("lossy.txt", payload)
-    assert lossy.dropped and attempts == ["lossy.txt", "lossy.txt"]
+    # the rewrite goes at half the pace; the next write at the usual one again
+    assert lossy.dropped and [a[0] for a in attempts] == ["lossy.txt", "lossy.txt"]
+    assert attempts[0][1:] == pace and attempts[1][1] == pace[0] // 2 and attempts[1][2] > pace[1]
+    assert (repl.chunk_size, repl.pause) == pace
     assert repl.file_checksum("lossy.txt")[0] == len(payload)
     repl.remove("lossy.txt")
 

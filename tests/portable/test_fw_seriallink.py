@@ -1,7 +1,7 @@
 """firmware/seriallink.py and app.py on a serial board: ring, framed lines, polls, acks, resends."""
 from tests.portable import fwutil
 from ring import Ring
-from seriallink import ACKS, DRAIN, POLL_MS, QUIET, SerialLink, token_hex
+from seriallink import ACKS, DRAIN, POLL_MS, QUIET, REPEAT_MAX_MS, REPEAT_MS, SerialLink, heard, tell, token_hex
 from shared_protocol import __version__
 from shared_protocol.config import validate
 from app import App
@@ -280,8 +280,12 @@ def test_the_pico_firmware_keeps_each_record_until_the_gateway_acknowledges_it()
     assert boot.startswith("boot ok: board=pico device=7 boot=%d entropy=" % app.boot_id), boot
     assert boot.endswith(" eps_record=1 pending=0 dropped=0 version=%s sensor=stimulus"
                          % __version__), boot
-    assert logs[1].startswith('status: {"event":"boot"') and logs[1].endswith(',"sensor":"stimulus"}')
-    assert ',"version":"%s",' % __version__ in logs[1], logs[1]
+    # The status lines go to the gateway on the serial link (said until heard), not to the log.
+    status = [x.decode() for x in con.lines() if x.startswith(b"status: ")]
+    assert status[0].startswith('status: {"event":"boot"') and status[0].endswith(',"sensor":"stimulus"}')
+    assert ',"version":"%s",' % __version__ in status[0], status[0]
+    assert '"last_seq"' not in status[0]                # nothing released yet
+    assert status[-1].startswith('status: {"event":"done"') and ',"last_seq":2' in status[-1], status
     assert logs[-1] == "idle: all 3 records acknowledged (0 resent)", logs
     assert logs[-2].startswith("stimulus done: 3 readings, 3 released, ")
     assert gw.records == 3 and app.ring.pending == 0
@@ -302,9 +306,80 @@ def test_unacknowledged_records_are_kept_and_resent_identically_at_the_next_boot
     gw2 = AckAll()
     app2, logs2, con2 = _run_app(cfg2, gw2)
     assert " pending=3 dropped=0 " in logs2[0]
-    assert '"pending":3' in logs2[1]
+    assert '"pending":3' in [x.decode() for x in con2.lines() if x.startswith(b"status: ")][0]
     assert [x for x in con2.lines() if x[:1] == b"~"][:6] == sent     # never re-perturbed
     assert logs2[-1] == "idle: all 1 records acknowledged (3 resent)", logs2
     assert app2.ring.pending == 0 and gw2.records == 4
     for k in ("ring_path", "ledger_path", "seal_key_path"):
         fwutil.remove(cfg[k])
+
+
+class Quiet:
+    """A console no gateway answers until ``up``; then it answers status and stop lines."""
+
+    def __init__(self):
+        self.out = []
+        self.up = False
+        self.inq = b""
+
+    def write(self, b):
+        for line in bytes(b).split(b"\n")[:-1]:
+            self.out.append(line)
+            if self.up and (line.startswith(b"status: ") or line.startswith(b"config error: ")):
+                self.inq += heard(line) + b"\n"
+
+    def read(self):
+        d, self.inq = self.inq, b""
+        return d
+
+
+def test_a_status_line_is_said_again_with_backoff_until_the_gateway_hears_it():
+    con = Quiet()
+    ring, clock, link = _link(fwutil.scratch("say-ring"), con)
+    link.say(b'status: {"event":"boot"}')
+    at = []
+    for _ in range(40000 // 10):
+        clock.ms += 10
+        n = len(con.out)
+        link.service()
+        if len(con.out) > n:
+            at.append(clock.ms - 1000)
+    # Written at 0, then 1, 2, 4, 8, 16, 16 s later: a gateway attached late hears it within 16 s.
+    assert at == [1000, 3000, 7000, 15000, 31000], at
+    assert REPEAT_MS == 1000 and REPEAT_MAX_MS == 16000
+    con.up = True
+    while link.unheard:
+        clock.ms += 10
+        link.service()
+    n = len(con.out)
+    for _ in range(4000):
+        clock.ms += 10
+        link.service()
+    assert len(con.out) == n and con.out[-1] == b'status: {"event":"boot"}'     # heard: said no more
+    # The oldest and the newest line not heard yet are kept; each is heard by its own answer.
+    con.up = False
+    for k in (1, 2, 3):
+        link.say(b"status: {%d}" % k)
+    n = len(con.out)
+    for _ in range(200):
+        clock.ms += 10
+        link.service()
+    assert sorted(con.out[n:]) == [b"status: {1}", b"status: {3}"]
+    con.inq = heard(b"status: {1}") + b"\n"
+    for _ in range(400):
+        clock.ms += 10
+        link.service()
+    assert con.out[-1] == b"status: {3}" and link.unheard
+    ring.close()
+    fwutil.remove(fwutil.scratch("say-ring"))
+
+
+def test_the_line_a_board_stops_on_is_told_until_heard():
+    con = Quiet()
+    clock = fwutil.FakeClock(0)
+    assert not tell(b"config error: epsilon: must be > 0", con.write, con.read, clock, rounds=3)
+    assert con.out == [b"config error: epsilon: must be > 0"] * 3
+    assert clock.ms >= 1000 + 2000 + 4000                  # backoff between the writes
+    con.up = True
+    assert tell(b"config error: epsilon: must be > 0", con.write, con.read, clock)
+    assert len(con.out) == 4

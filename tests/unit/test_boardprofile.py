@@ -130,3 +130,41 @@ def test_the_readmes_board_files_provision_from_a_profile(tmp_path: Path) -> Non
         cfg = pv.build_config(board, base, 7, "pw" if board == "esp32" else None, "broker.lan", 8883,
                               tls_ca=board == "esp32")
         assert cfg["epsilon"] == "0.5" and [c["delta_q"] for c in cfg["columns"]] == [7524, 7600]
+
+
+def _released(cfg: dict) -> int:
+    """How many records of one window the board's ledger releases under ``cfg``: its cap over its
+    charge per record (shared_protocol/mechanism.py ``epsilon_charge``), at most the window."""
+    from fractions import Fraction
+
+    from dpsense.protocol.fixedpoint import parse_decimal
+    from dpsense.protocol.mechanism import Column, RecordMechanism
+    cols = [Column(Affine(1, 1, 0, -1, 1), c["delta_q"], parse_decimal(cfg["epsilon"])) for c in cfg["columns"]]
+    ecs, ea = cfg.get("epsilon_cs"), cfg.get("epsilon_a")
+    mech = RecordMechanism(cols, [0] * len(cols), None, None if ecs is None else parse_decimal(ecs))
+    charge = Fraction(*mech.epsilon_charge(None if ea is None else parse_decimal(ea)))
+    return min(int(Fraction(*parse_decimal(cfg["window_cap"])) // charge), cfg["window_records"])
+
+
+def test_the_default_cap_releases_every_reading_of_the_window(tmp_path: Path) -> None:
+    # The example config: 600 records x (2 x 0.5 + epsilon_cs 2 + epsilon_a 1) on a board with both
+    # keys; the micro:bit has neither and gets 600 x 2 x 0.5. Power: the cap before (600) let
+    # a quarter of the readings through.
+    assert pv.DEMO_CONFIG["window_cap"] == pv.default_window_cap(pv.DEMO_CONFIG) == "2400"
+    assert _released(pv.build_config("pico", dict(pv.DEMO_CONFIG), 7, None)) == 600
+    assert _released(dict(pv.DEMO_CONFIG, window_cap="600")) == 150
+    mb = pv.build_config("microbit", dict(pv.DEMO_CONFIG), 7, None)
+    assert mb["window_cap"] == "600" and _released(mb) == 600
+    # From a profile, with the board's epsilon_a (--config-json): 100 x (2 x 0.5 + 2 + 1).
+    board = tmp_path / "pico.json"
+    board.write_text(json.dumps({"epsilon_a": "1", "window_records": 100}))
+    base = load_board_base(_profile(tmp_path), str(board))
+    assert base["window_cap"] == "400" and _released(pv.build_config("pico", base, 9, None)) == 100
+    # The micro:bit from the same profile (--no-privacy drops epsilon_cs): 600 x 2 x 0.5.
+    import argparse
+    base = flash._no_privacy(argparse.Namespace(board="microbit", no_privacy=True), load_board_base(_profile(tmp_path)))
+    assert base["window_cap"] == "600" and "epsilon_cs" not in base
+    # A cap the operator gave stays as given.
+    base = flash._no_privacy(argparse.Namespace(board="microbit", no_privacy=True),
+                             load_board_base(_profile(tmp_path), window_cap="90"))
+    assert base["window_cap"] == "90"

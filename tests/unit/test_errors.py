@@ -189,9 +189,9 @@ def test_every_dpsense_help_shows_an_example():
     for prog in ("dpsense broker add-device", "dpsense curator budget set", "dpsense query identify",
                  "dpsense experiment paper4", "dpsense status"):
         assert prog in names
-    # broker: 6 actions; curator: budget (show, set, reset) and calibrate; query: 3; experiment: 7
-    # (paper1-4, verify, dcs, families); results: windows, candidates, devices
-    assert len(names) == 1 + len(cli.COMMANDS) + 6 + (2 + 3) + 3 + 7 + 3
+    # broker: 6 actions; curator: budget (show, set, reset) and calibrate; query: 3; experiment: 8
+    # (paper1-4, verify, dcs, families, faults); results: windows, candidates, devices
+    assert len(names) == 1 + len(cli.COMMANDS) + 6 + (2 + 3) + 3 + 8 + 3
 
 
 def test_every_dpsense_example_parses():

@@ -268,6 +268,9 @@ def do_status(args: argparse.Namespace) -> int:
                   % (w.id, w.group, w.n, w.attempts, w.last_error))
         for e in a.events(args.events):
             print("  %s %-9s %s" % (iso_time(e.at), e.kind, e.text))
+        from dpsense.cloud.ops.results import board_notes
+        for line in board_notes(a):
+            print(line)
         devices, wins, tokens = a.reading_tokens()
     import os
 
@@ -429,6 +432,7 @@ def do_analyst(args: argparse.Namespace) -> int:
                            round_timeout=args.round_timeout, max_hold=args.max_hold,
                            mode=args.correction_mode, band_width_q=band_q,
                            centre_q=tuple(map(float, prof.centre_q)) if prof is not None else None,
+                           outlier_share=prof.outlier_share if prof is not None else 0.10,
                            skip_margin=args.skip_margin, min_round=args.min_round,
                            min_presumed=args.min_presumed)
     if args.webhook:
@@ -625,6 +629,9 @@ def do_gateway(args: argparse.Namespace) -> int:
     return 0
 
 
+DATA_CHOICES = ("paper1", "sensors", "drift", "radial_groups", "elongated", "two_clusters", "ring")
+
+
 def parser_simulate(p: argparse.ArgumentParser) -> None:
     p.epilog = examples("dpsense simulate --devices 10 --n 100000 --epsilon 0.5",
                         "dpsense simulate --csv readings.csv --devices 4 --seed 3")
@@ -634,6 +641,11 @@ def parser_simulate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=count(1), default=100_000, help="readings in all (default 100000)")
     p.add_argument("--csv", help="publish this CSV (numeric columns, header row) instead of synthetic data; "
                                  "an optional column named 'outlier' (0/1) is ground truth")
+    p.add_argument("--data", choices=DATA_CHOICES, default="paper1",
+                   help="synthetic data without --csv: paper1 (the paper-1 generator, --separation and --shape), "
+                        "sensors (the simulated temperature and humidity fleet with its faults, "
+                        "cloud/sim/sensors.py; one simulated sensor per device) or a data family of "
+                        "cloud/sim/families.py (default paper1)")
     p.add_argument("--separation", type=float, default=220.0, help="paper-1 generator (default 220)")
     p.add_argument("--shape", choices=("scale", "shift"), default="scale")
     p.add_argument("--epsilon", default="0.5", help="epsilon per column (default 0.5)")

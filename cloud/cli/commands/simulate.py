@@ -8,8 +8,9 @@ perturbs and publishes every reading.
 
 ``--rate R --duration D`` (``run_steady``) makes it a steady fleet: R readings per second
 for D seconds (or until stopped), round robin over the devices, perturbed record by record
-as on a board. The data are the paper-1 generator's, drawn afresh per block (or the rows
-of ``--csv``, over and over). Each device first publishes a ``boot`` status message with
+as on a board. The data are drawn afresh per block from ``--data`` (the paper-1 generator, the
+simulated sensor fleet of cloud/sim/sensors.py or a family of cloud/sim/families.py), or are
+the rows of ``--csv``, over and over. Each device first publishes a ``boot`` status message with
 its epsilons, as a board does. A run is one boot of every device: its boot id is the start
 time in seconds, so a second run never repeats a (device, boot, seq) key of the first.
 """
@@ -44,9 +45,31 @@ class FleetError(DpsenseError):
     """The simulation cannot run; the text says why."""
 
 
-def load_data(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(x, outlier, reference)`` from ``--csv`` or the paper-1 generator."""
+def synthetic(args: argparse.Namespace, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` rows of ``--data`` from ``seed`` and their ground truth. Sensors: one simulated sensor
+    per device, in the fleet's round-robin order, so a fault episode is one board's."""
     from dpsense.cloud.sim.datasets import paper1_synthetic
+    data = str(getattr(args, "data", "paper1"))
+    if data == "paper1":
+        d = paper1_synthetic(n, float(getattr(args, "separation")), str(getattr(args, "shape")), seed=seed)
+        return d.x, d.outlier
+    if data == "sensors":
+        from dpsense.cloud.sim.sensors import sensor_fleet
+        devices = int(getattr(args, "devices"))
+        if n < 20 or devices > n // 10:
+            raise FleetError("--data sensors needs at least 10 readings per device (--n >= %d)" % max(20, 10 * devices))
+        s = sensor_fleet(n, seed, devices=devices)
+        return s.x, s.outlier
+    from dpsense.cloud.sim.families import family
+    try:
+        f = family(data, n, seed)
+    except ValueError as e:
+        raise FleetError("--data %s: %s" % (data, e)) from None
+    return f.x, f.outlier
+
+
+def load_data(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(x, outlier, reference)`` from ``--csv`` or the ``--data`` generator (reference: seed + 1000)."""
     csv = getattr(args, "csv", None)
     if csv:
         import csv as csvmod
@@ -67,10 +90,8 @@ def load_data(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, np.ndar
     n = int(getattr(args, "n"))
     seed = getattr(args, "seed", None)
     seed = 1 if seed is None else int(seed)
-    d = paper1_synthetic(n, float(getattr(args, "separation")), str(getattr(args, "shape")), seed=seed)
-    ref = paper1_synthetic(n, float(getattr(args, "separation")), str(getattr(args, "shape")),
-                           seed=seed + 1000)
-    return d.x, d.outlier, ref.x
+    x, outlier = synthetic(args, n, seed)
+    return x, outlier, synthetic(args, n, seed + 1000)[0]
 
 
 def run_simulation(settings: Settings, args: argparse.Namespace) -> dict[str, float]:
@@ -128,19 +149,20 @@ TICK = 0.02            # pacing step: at most this late against the schedule
 
 
 def data_blocks(args: argparse.Namespace, block: int) -> Iterator[np.ndarray]:
-    """Endless blocks of rows: fresh paper-1 draws (seed + block number), or the CSV over and over."""
-    from dpsense.cloud.sim.datasets import paper1_synthetic
+    """Endless blocks of rows: fresh draws of ``--data`` (seed + 7919 x block number), or the CSV over and over."""
     if getattr(args, "csv", None):
         x, _, _ = load_data(args)
         while True:
             yield x
     seed = getattr(args, "seed", None)
     seed = int(time.time()) if seed is None else int(seed)
+    devices = int(getattr(args, "devices"))
+    # Whole rounds of the devices: row i of every block is device i % devices's, as in the data.
+    size = -(-max(block, 10 * devices, 20) // devices) * devices
     k = 0
     while True:
         k += 1
-        yield paper1_synthetic(max(block, 10), float(getattr(args, "separation")), str(getattr(args, "shape")),
-                               seed=seed + 7919 * k).x
+        yield synthetic(args, size, seed + 7919 * k)[0]
 
 
 def run_steady(settings: Settings, args: argparse.Namespace, stop: threading.Event) -> dict[str, float]:
@@ -213,12 +235,15 @@ def run_steady(settings: Settings, args: argparse.Namespace, stop: threading.Eve
     elapsed = time.monotonic() - t0
     timeout = float(getattr(args, "commit_timeout", 120.0))
     try:
+        # Each device's last seq: a tail the cloud never stored shows against it (dpsense status).
+        pub.send([(d, topics.STATUS % topics.device_username(d), enc.status(d, "done"))
+                  for d in range(1, devices + 1)])
         if wait == "committed":
             if not pub.wait_committed(timeout):
                 raise FleetError("%d of %d records not committed %.0f s after the last was sent%s"
                                  % (pub.uncommitted, sent, timeout, _NOT_COMMITTED))
         else:
-            _wait_acked(pub, 2 * sent + devices, timeout)
+            _wait_acked(pub, 2 * sent + 2 * devices, timeout)
     finally:
         pub.close()
     say("simulate: published %d readings in %.1f s (%.1f/s); %s"

@@ -67,6 +67,7 @@ class Summary:
     readings_carried: int           # readings of windows below the minimum, each time carried
     candidates: int                 # candidates over every done window
     rate: float | None              # readings stored per second; None until two refreshes apart
+    clock_steps: int = 0            # wall-clock steps the analyst saw and rode through
 
 
 @dataclass(frozen=True)
@@ -308,7 +309,8 @@ class StoreSource:
                        gaps=m.gaps, windows_closed=m.windows_closed, windows_held=m.windows_held,
                        rounds_completed=m.rounds_completed, rounds_failed=m.rounds_failed,
                        round_seconds_total=m.round_seconds_total, last_round_s=m.last_round_seconds,
-                       readings_carried=m.readings_carried, candidates=m.candidates, rate=rate)
+                       readings_carried=m.readings_carried, candidates=m.candidates, rate=rate,
+                       clock_steps=m.clock_steps)
 
 
 def _window_candidates(store: AnalystStore, window: int) -> WindowCandidates | None:

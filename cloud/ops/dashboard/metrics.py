@@ -48,6 +48,8 @@ class SourceCollector(Collector):
                        "carried into the group's next window (counted each time).", s.readings_carried)
         yield _counter("dpsense_candidates", "Candidates (the corrected outlier set) over every done window.",
                        s.candidates)
+        yield _counter("dpsense_clock_steps", "Wall-clock steps the analyst saw; its windows keep to the "
+                       "monotonic clock through them (an event says each one).", s.clock_steps)
         latency = SummaryMetricFamily("dpsense_round_latency_seconds",
                                       "Duration of the completed correction rounds, from the presumed set "
                                       "to the result.",
@@ -70,7 +72,12 @@ class SourceCollector(Collector):
                ("eps_window", GaugeMetricFamily, "dpsense_device_epsilon_window",
                 "Epsilon the board's ledger spent in its current window, as its latest status said."),
                ("cap", GaugeMetricFamily, "dpsense_device_epsilon_window_cap",
-                "The board's ledger cap per window, as its latest status said.")]
+                "The board's ledger cap per window, as its latest status said."),
+               ("tail_missing", GaugeMetricFamily, "dpsense_device_tail_missing",
+                "Readings the board said it released (last_seq of a boot's latest status) after the "
+                "highest one stored for that boot: a tail that never arrived."),
+               ("stopped_flag", GaugeMetricFamily, "dpsense_device_stopped",
+                "1 when the board's latest status says it stopped (a config error, relayed by its gateway).")]
         rows = src.devices()
         for attr, kind, name, doc in dev:
             family = kind(name, doc, labels=["device", "group"])

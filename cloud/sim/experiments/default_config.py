@@ -9,7 +9,8 @@ reads it: the board's ``Z_cs`` (``epsilon_cs`` = cloud.deploy.profile.DEFAULT_EP
 (``--analyst-epsilon`` 1, scale ``ceil(rho) / epsilon_A``, cloud/correction/honest.py). The server
 moves the band rule's radius by the margin of both (cloud/correction/margin.py), as
 ``CorrectionRounds`` does with a profile's ``epsilon_cs``. Today's bands (paper1's ``bands``) read
-the exact d_diff. The stated margins (issue 22): at paper 1's target separations (220 and 400) the
+what the server reads without ``epsilon_cs``: d_diff + Z_A as deployed, the exact d_diff with
+``--server exact``; paper1's row of the default configuration is ``bands_cs``. The stated margins (issue 22): at paper 1's target separations (220 and 400) the
 default loses at most 1 point of recall and 1 point of subset against today's bands, on every window.
 At narrower borders the margin of the two noises reaches into the outliers (docs/privacy.md).
 """
@@ -52,12 +53,12 @@ def default_bands(d_diff: np.ndarray, dist: np.ndarray, hist: Any, rng: np.rando
 
 def margin_check(rows: Sequence[Any],
                  separations: Sequence[float] | None = None) -> list[tuple[float, float, bool, str]]:
-    """Per (separation, epsilon) (only ``separations``, if given): the default's recall and subset
+    """Per (separation, epsilon) (only ``separations``, if given): ``bands_cs``'s recall and subset
     within MARGIN_POINTS of today's bands on every window (seed, run)."""
     cells: dict[tuple[float, float], list[str]] = {}
     base = {(r.separation, r.epsilon, r.seed, r.run): r for r in rows if r.method == "bands"}
     for r in rows:
-        if r.method != "default" or (separations is not None and r.separation not in separations):
+        if r.method != "bands_cs" or (separations is not None and r.separation not in separations):
             continue
         bad = cells.setdefault((r.separation, r.epsilon), [])
         b = base[(r.separation, r.epsilon, r.seed, r.run)]

@@ -24,11 +24,12 @@ import numpy as np
 
 from dpsense.cloud.analyst.outliers.dbscan import DBSCANOutliers
 from dpsense.cloud.correction.bands import run_bands, width_from_history
-from dpsense.cloud.correction.fit import MAX_ADDED, MAX_SHORTFALL, model_fit
-from dpsense.cloud.correction.rules import normal_radius
+from dpsense.cloud.correction.fit import MAX_ADDED, MAX_SHORTFALL, Fit, model_fit
+from dpsense.cloud.correction.mpc.secure import candidates as secure_candidates
+from dpsense.cloud.correction.rules import CorrectionParams, needs_round, normal_radius
 from dpsense.cloud.sim.datasets import relaxed_sensitivity
 from dpsense.cloud.sim.experiments.noise import discrete_laplace
-from dpsense.cloud.sim.experiments.paper1 import calibrate_min_samples
+from dpsense.cloud.sim.experiments.paper1 import calibrate_min_samples, deployed_paper
 from dpsense.cloud.sim.families import FAMILIES, family
 
 TUNING_SEEDS = (1, 2, 3, 4, 5)
@@ -70,6 +71,19 @@ class Profile:
     min_samples: int
     rho_q: float
     band_q: float
+    w_o_q: float = 0.0       # mode paper's outlier-layer width: the spread of the detected outliers' radii
+    share: float = 0.10      # the outlier share the fit check expects: calibrated on the reference
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window through the deployed path: row positions of O' and of each mode's R (the server
+    answering from honest-round noise), and the fit check of mode bands' R."""
+
+    n: int
+    presumed: np.ndarray
+    r: dict[str, np.ndarray]
+    fit: Fit
 
 
 @dataclass(frozen=True)
@@ -91,25 +105,38 @@ class FamilyRow:
     reason: str | None
 
 
-def profile_of(cfg: FamiliesConfig, ref_x: np.ndarray, ref_outlier: np.ndarray) -> Profile:
-    """The profile the curator would provision from reference data, in quanta."""
+def profile_of(cfg: FamiliesConfig, ref_x: np.ndarray, ref_outlier: np.ndarray,
+               min_samples: int | None = None) -> Profile:
+    """The profile the curator would provision from reference data, in quanta.
+
+    The outlier share the fit check expects is the reference's (its known outliers, as paper 1's
+    history has them), not a constant; ``cfg.outlier_share`` is the share the relaxed sensitivity
+    leaves out (paper 1's 10 %). ``min_samples`` None: DBSCAN's as paper 1 calibrates it (every
+    known outlier a non-core point, times 1.25)."""
     q = cfg.quantum
     rs_q = np.maximum(1, np.rint(relaxed_sensitivity(ref_x, 100 * cfg.outlier_share, "shorth") / q))
     centre = ref_x.mean(axis=0)
-    m = calibrate_min_samples(ref_x, ref_outlier, cfg.dbscan_eps, 1.25, 1)
+    m = calibrate_min_samples(ref_x, ref_outlier, cfg.dbscan_eps, 1.25, 1) if min_samples is None else min_samples
     rho = normal_radius(rs_q)
     band = width_from_history(np.linalg.norm(ref_x[ref_outlier] - centre, axis=1) / q, rho)
+    o_ref = DBSCANOutliers(cfg.dbscan_eps, m, n_jobs=1).fit(ref_x).outlier_mask_
+    radii = np.linalg.norm(ref_x[o_ref] - centre, axis=1) / q
+    share = float(np.mean(ref_outlier))
     return Profile(rs_q=rs_q, centre_q=np.rint(centre / q), min_samples=m, rho_q=rho,
-                   band_q=band if band > 0 else rho)
+                   band_q=band if band > 0 else rho, w_o_q=float(np.ptp(radii)) if radii.size > 1 else 0.0,
+                   share=min(0.5, max(share, 1.0 / len(ref_x))))
 
 
 def _score(mask: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
     return float((mask & truth).sum() / max(1, truth.sum())), float(mask.mean())
 
 
-def run_window(cfg: FamiliesConfig, name: str, prof: Profile, x: np.ndarray, truth: np.ndarray, seed: int,
-               eps: float) -> FamilyRow:
-    n = len(x)
+def deployed_window(cfg: FamiliesConfig, prof: Profile, x: np.ndarray, seed: int, eps: float,
+                    modes: Sequence[str] = ("bands",)) -> Window:
+    """Perturb ``x`` (data units) as the boards do, detect O' and answer each of ``modes`` (bands,
+    secure, paper) as the correction server does from honest-round noise (epsilon_A ``cfg.eps_a``,
+    thresholds moved by the noise's margin, cloud/correction/server.py); the fit check is mode bands'."""
+    n, m = x.shape
     rng = np.random.default_rng([seed, int(round(eps * 1e6)), 25])
     x_q = np.rint(x / cfg.quantum).astype(np.int64)
     x_rel = x_q + discrete_laplace(rng, prof.rs_q / eps, x_q.shape)
@@ -120,8 +147,33 @@ def run_window(cfg: FamiliesConfig, name: str, prof: Profile, x: np.ndarray, tru
                               .fit(x_rel * cfg.quantum).outlier_mask_)
     b = max(1, math.ceil(prof.rho_q)) / cfg.eps_a
     t = float(math.ceil(b * math.log(1.0 / cfg.alpha)))
-    r = run_bands(d_diff + discrete_laplace(rng, b, n), dist, prof.band_q, prof.rho_q + t).r
-    fit = model_fit(n, presumed, r, cfg.outlier_share, cfg.max_shortfall, cfg.max_added)
+    d = d_diff + discrete_laplace(rng, b, n)
+    r: dict[str, np.ndarray] = {"bands": run_bands(d, dist, prof.band_q, prof.rho_q + t).r}
+    if "secure" in modes:
+        r["secure"] = secure_candidates(d, dist, prof.rho_q + t)
+    if "paper" in modes:
+        r["paper"] = _paper(cfg, prof, d, dist, presumed, float((prof.rs_q / eps).max()), m, b)
+    fit = model_fit(n, presumed, r["bands"], prof.share, cfg.max_shortfall, cfg.max_added)
+    return Window(n, presumed, r, fit)
+
+
+def _paper(cfg: FamiliesConfig, prof: Profile, d: np.ndarray, dist: np.ndarray, presumed: np.ndarray,
+           noise_scale: float, m: int, b: float) -> np.ndarray:
+    """Mode paper as deployed: no round where the analyst skips one (|O'| within 5 % of the
+    expected count, or below 10 rows), else the never-worse rules with the shifted thresholds."""
+    if presumed.size < 10 or not needs_round(int(presumed.size), len(d), prof.share, 0.05):
+        return presumed
+    nw = CorrectionParams(w_o=prof.w_o_q, split="noise", layers="provable", noise_scale=noise_scale,
+                          columns=m, alpha=cfg.alpha, normal_radius=prof.rho_q)
+    t = float(math.ceil(b * math.log(1.0 / cfg.alpha)))
+    t2 = float(math.ceil(b * math.log(2.0 / cfg.alpha)))
+    return deployed_paper(d, dist, presumed, nw, t, t2)[0]
+
+
+def run_window(cfg: FamiliesConfig, name: str, prof: Profile, x: np.ndarray, truth: np.ndarray, seed: int,
+               eps: float) -> FamilyRow:
+    w = deployed_window(cfg, prof, x, seed, eps)
+    n, presumed, r, fit = w.n, w.presumed, w.r["bands"], w.fit
     masks = []
     for idx in (presumed, r, r if fit.fits else presumed):
         m = np.zeros(n, dtype=bool)

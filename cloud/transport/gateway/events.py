@@ -92,10 +92,20 @@ def expand_event(ev: dict[str, Any], boot: dict[str, Any] | None) -> tuple[list[
                   "board": b.get("board"), "entropy": b.get("entropy"),
                   "eps_record": _frac(ev["row"], unit), "window": w, "spent": spent, "cap": cap,
                   "withheld": 1, "released": ev["released"]}
+        if ev["released"] > 0:
+            status["last_seq"] = ev["released"] - 1
         return [text], status
     if name == "done":
+        # The boot's state as its #boot said it, so that the newest status holds it all (the
+        # dashboard reads a device's epsilon and cap from its latest status).
+        done: dict[str, Any] = dict(expand_event(boot, None)[1] or {}) if boot is not None else {}
+        done.pop("pending", None)           # the boot's count, long out of date
+        done.update(event="done", released=ev["released"])
+        if ev["released"] > 0:
+            # The node numbers its records from 0 in each boot: its last seq (docs/protocol.md 13.2).
+            done["last_seq"] = ev["released"] - 1
         return ["stimulus done: %d readings, %d released; firmware cost %d us per reading"
-                % (ev["readings"], ev["released"], ev["cost_us"])], None
+                % (ev["readings"], ev["released"], ev["cost_us"])], done
     if ev["pending"]:
         return ["idle: %d records not acknowledged, kept for the next boot (%d resent)"
                 % (ev["pending"], ev["resent"])], None

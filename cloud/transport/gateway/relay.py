@@ -13,7 +13,12 @@ has (acks.py). An event line (``#<name> ...``) is expanded into the full firmwar
 console text and status message (events.py). Any other line is the board's console
 (the UART is also its REPL): logged as ``console: ...``; a console line ``status: {...}``
 (a JSON object, the board's status message, which never carries a value) is also
-published to ``topics.STATUS % d<N>``. A malformed line (bad CRC, odd hex, too long, not
+published to ``topics.STATUS % d<N>``. A line a board stops on (``config error: ...``,
+``entropy error``, ``seal error``, ``stimulus error``) is logged as ``gateway: d<N> stopped:
+...`` and published as the device's status ``{"event":"stopped","error":...}``. A board writes
+such lines, and its status lines, again until it is heard (docs/protocol.md 2.3): the gateway
+answers each one with ``!=`` and the line's CRC-16 (``heard``) and publishes a repeat only once.
+A malformed line (bad CRC, odd hex, too long, not
 a v1 record, a bad event) is counted and logged, never fatal. Once the line has been
 quiet for ``idle_s`` and the broker acknowledged everything, ``tick`` logs
 ``idle: all N records acknowledged (...)``.
@@ -23,6 +28,7 @@ from __future__ import annotations
 import json
 import struct
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -30,7 +36,15 @@ from dpsense.cloud.transport import topics
 from dpsense.cloud.transport.gateway.acks import Acknowledgements, poll_count
 from dpsense.cloud.transport.gateway.events import expand_event, parse_event
 from dpsense.protocol import seal, wire
-from dpsense.protocol.framing import MAX_TEXT, LineSplitter, unframe
+from dpsense.protocol.framing import MAX_TEXT, LineSplitter, crc16, unframe
+
+# The lines a board writes when it stops (firmware/app.py ``stop``); the gateway answers them.
+STOP_LINES = (b"config error: ", b"entropy error: ", b"seal error: ", b"stimulus error: ")
+
+
+def heard(line: bytes) -> bytes:
+    """The answer to a status or stop line (no newline): ``!=`` and its CRC-16 (docs/protocol.md 2.3)."""
+    return b"!=%04x\n" % crc16(line)
 
 
 @dataclass
@@ -75,7 +89,12 @@ class Gateway:
 
     def __init__(self, device_id: int, publish: Callable[[str, bytes], Any],
                  log: Callable[[str], None], idle_s: float = 0.5) -> None:
+        self.device_id = device_id
         self.device_user = topics.device_username(device_id)
+        self.stopped: str | None = None     # the line the board stopped on, if it did
+        self._heard = bytearray()           # answers to status and stop lines
+        # The last status and stop lines published: a board repeats up to two until heard.
+        self._said: deque[bytes] = deque(maxlen=8)
         self.publish = publish
         self.log = log
         self.idle_s = idle_s
@@ -106,8 +125,12 @@ class Gateway:
             self.acks.committed(of, boot_id, ranges)
 
     def take_replies(self) -> bytes:
-        """The lines to write to the board now (answers to its polls), oldest first."""
-        return self.acks.take_replies()
+        """The lines to write to the board now (answers to its polls and to its status and stop
+        lines), oldest first."""
+        out = self.acks.take_replies()
+        if self._heard:
+            out, self._heard = out + bytes(self._heard), bytearray()
+        return out
 
     def feed(self, data: bytes) -> None:
         for line in self._splitter.feed(data):
@@ -132,7 +155,9 @@ class Gateway:
             self.stats.console += 1
             self.log("console: " + line.decode("utf-8", "replace"))
             if line.startswith(b"status: {") and line.endswith(b"}"):
-                self._status(line[8:])
+                self._status(line)
+            elif line.startswith(STOP_LINES):
+                self._stopped(line)
             return
         try:
             payload = unframe(line)
@@ -191,13 +216,28 @@ class Gateway:
         if status is not None:
             self._publish_status(json.dumps(status, separators=(",", ":")).encode())
 
-    def _status(self, text: bytes) -> None:
+    def _status(self, line: bytes) -> None:
+        text = line[8:]
         try:
             doc = json.loads(text)
         except ValueError:
             return
         if isinstance(doc, dict):
-            self._publish_status(text)
+            self._heard += heard(line)
+            if line not in self._said:      # else a repeat the board wrote before it heard the answer
+                self._said.append(line)
+                self._publish_status(text)
+
+    def _stopped(self, line: bytes) -> None:
+        """The board stopped (a config error, say): logged and published once, answered each time."""
+        self._heard += heard(line)
+        if line in self._said:
+            return
+        self._said.append(line)
+        self.stopped = line.decode("utf-8", "replace")
+        self.log("gateway: %s stopped: %s" % (self.device_user, self.stopped))
+        self._publish_status(json.dumps({"event": "stopped", "device": self.device_id, "error": self.stopped},
+                                        separators=(",", ":")).encode())
 
     def _publish_status(self, text: bytes) -> None:
         self.stats.status += 1

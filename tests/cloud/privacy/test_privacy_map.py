@@ -12,15 +12,16 @@ from dpsense.protocol.fixedpoint import Affine
 from dpsense.protocol.mechanism import Column, RecordMechanism
 from dpsense.protocol.rng import XorShift32
 from dpsense.tools import privacy_tables
-from dpsense.tools.provision import DEMO_CONFIG, board_profile, build_config
+from dpsense.tools.provision import DEMO_CONFIG, board_profile, build_config, drop_charged
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def _cfg(**changes: object) -> dict:
-    raw = dict(DEMO_CONFIG, **changes)
-    return validate(build_config("pico", {k: v for k, v in raw.items() if v is not None}, 7, None),
-                    board_profile("pico"))
+    # A charge key left out keeps the window cap releasing every reading (drop_charged).
+    raw = drop_charged(DEMO_CONFIG, [k for k, v in changes.items() if v is None])
+    raw.update({k: v for k, v in changes.items() if v is not None})
+    return validate(build_config("pico", raw, 7, None), board_profile("pico"))
 
 
 def _rows(cfg: dict, **kw: object) -> dict[str, Fraction | None]:
@@ -75,11 +76,15 @@ def test_the_caps_bound_the_analyst_after_rounds_only_when_the_board_charges_eps
     life = "analyst after rounds: a board's records until provisioned again, normal box"
     charged = _rows(_cfg())
     assert charged[window] <= Fraction(DEMO_CONFIG["window_cap"]) and charged[life] <= 1000 * charged[window]
-    uncharged = _rows(_cfg(epsilon_a=None))
-    assert uncharged[window] == Fraction(DEMO_CONFIG["window_cap"]) * 2 / 3   # 200 releases at 1 + 2, held at 1 + 1
+    cfg = _cfg(epsilon_a=None)
+    assert cfg["window_cap"] == (1800, 1)                                   # 600 x (1 + 2)
+    uncharged = _rows(cfg)
+    assert uncharged[window] == 600 * 2 < 1800            # 600 releases at 1 + 2, held at 1 + 1
     # A correction server above the boards' epsilon_a breaks the cap again (where epsilon_cs's
     # charge does not happen to cover it).
-    assert _rows(_cfg(epsilon_cs=None), analyst_epsilon=Fraction(2))[window] > Fraction(DEMO_CONFIG["window_cap"])
+    cfg = _cfg(epsilon_cs=None)
+    assert cfg["window_cap"] == (1200, 1)                                   # 600 x (1 + 1)
+    assert _rows(cfg, analyst_epsilon=Fraction(2))[window] == 600 * 3 > 1200
 
 
 def test_the_default_epsilon_cs_is_the_profile_s_and_the_boards_from_a_profile_get_it() -> None:
