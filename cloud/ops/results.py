@@ -114,9 +114,16 @@ def tails(store: AnalystStore) -> list[Tail]:
 
 
 def board_notes(store: AnalystStore) -> list[str]:
-    """``dpsense status``'s lines on the boards: those stopped (as their gateway said) and boot
-    tails that never arrived."""
-    out = ["boards      device %d stopped: %s" % (r.device_id, r.stopped) for r in devices(store) if r.stopped]
+    """``dpsense status``'s lines on the boards: those stopped (as their gateway said), those
+    without differential privacy, and boot tails that never arrived."""
+    rows = devices(store)
+    out = ["boards      device %d stopped: %s" % (r.device_id, r.stopped) for r in rows if r.stopped]
+    # A board without a hardware noise source publishes with no differential privacy
+    # (docs/privacy.md): said on every view of it, this one included.
+    bare = [r.device_id for r in rows if r.entropy == "prng_no_dp"]
+    if bare:
+        out.append("privacy     NO differential privacy (entropy prng_no_dp: no hardware noise source): "
+                   "devices %s" % ", ".join(map(str, bare)))
     lost = [t for t in tails(store) if t.missing]
     if lost:
         out.append("tails       %d readings released (the boards' status says) after the last stored of their boot "

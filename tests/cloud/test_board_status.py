@@ -53,7 +53,7 @@ def test_a_lost_tail_and_a_stopped_board_show_in_status_and_metrics(tmp_path, ca
         _status(store, 5, {"event": "done", "device": 5, "boot": 9, "released": 15, "last_seq": 14}, now + 1)
         # Device 6: a status older than its newest stored reading, and one without last_seq: nothing lost.
         _status(store, 6, {"event": "progress", "device": 6, "boot": 4, "last_seq": 12}, now)
-        _status(store, 7, {"event": "boot", "device": 7, "boot": 3, "released": 0}, now)
+        _status(store, 7, {"event": "boot", "device": 7, "boot": 3, "released": 0, "entropy": "prng_no_dp"}, now)
         # Device 8 stopped on a config error before any boot; its gateway said so.
         store.add_statuses([classify_status("dpsense/status/d8", _stopped_by_gateway(8), now)], [])
         tails = {(t.device_id, t.boot_id): t for t in results.tails(store)}
@@ -67,6 +67,8 @@ def test_a_lost_tail_and_a_stopped_board_show_in_status_and_metrics(tmp_path, ca
     assert cli.main(["status", "--data-dir", str(a), "--correction-data-dir", str(tmp_path / "cs")]) == 0
     out = capsys.readouterr().out
     assert "boards      device 8 stopped: config error: epsilon: must be > 0" in out, out
+    assert ("privacy     NO differential privacy (entropy prng_no_dp: no hardware noise source): "
+            "devices 7\n") in out, out
     assert ("tails       5 readings released (the boards' status says) after the last stored of their boot never "
             "arrived: device 5 boot 9: last seq 14, stored up to 9: 5") in out, out
     text = generate_latest(metrics_registry(StoreSource(lambda: open_analyst_store(url), min_interval=0,
