@@ -23,7 +23,7 @@ is refused with one line (ProvisionError). The profile sets ``config_id``, ``eps
 ``centre`` and the columns' ``delta_q``; the window is the board config's, else the options,
 else ``DEFAULT_WINDOW_RECORDS`` records with a cap that releases all of them (each record
 costs what the board's ledger charges: ``columns x epsilon + epsilon_cs``, plus ``epsilon_a``
-when the board config has it; tools/provision.py ``default_window_cap``), one reading per
+when the board config has it; tools/windowcap.py), one reading per
 ``DEFAULT_PERIOD_MS``. The cloud-only fields
 (``w_o_q``, ``dbscan_*``, ``band_width_q``, ``quantum``, ``domain``) stay on the host.
 """
@@ -35,7 +35,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Sequence
 
-from dpsense.tools.provision import ProvisionError, default_window_cap
+from dpsense.tools.provision import ProvisionError
+from dpsense.tools.windowcap import WindowCapError, default_window_cap
 
 DEFAULT_WINDOW_RECORDS = 600
 DEFAULT_PERIOD_MS = 1000
@@ -143,7 +144,10 @@ def config_from_profile(doc: dict[str, Any], path: str, board: dict[str, Any] | 
     if "window_cap" not in base:
         # Every record of a records-window released: records x the board's charge per record
         # (columns x epsilon + epsilon_cs, + epsilon_a when the board config has it).
-        base["window_cap"] = default_window_cap(base)
+        try:
+            base["window_cap"] = default_window_cap(base)
+        except WindowCapError as e:
+            raise ProvisionError(str(e)) from None
     if period_ms is not None:
         base["period_ms"] = period_ms
     base.setdefault("period_ms", DEFAULT_PERIOD_MS)

@@ -592,8 +592,10 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
 
 
 def _no_privacy(args: argparse.Namespace, base: dict) -> dict:
-    """A board without private noise only with ``--no-privacy``, and then without epsilon_cs."""
+    """A board without private noise only with ``--no-privacy``, and then without epsilon_cs
+    (a cap of the whole window follows its smaller charge)."""
     from dpsense.tools import provision as pv
+    from dpsense.tools.windowcap import drop_charged
     entropy = pv.board_profile(args.board)["entropy"]
     if entropy != "urandom" and not getattr(args, "no_privacy", False):
         raise SystemExit("flash: board %s draws its noise from a PRNG (%s): its readings and d_diff are "
@@ -602,7 +604,7 @@ def _no_privacy(args: argparse.Namespace, base: dict) -> dict:
         raise SystemExit("flash: --no-privacy is for a board without a hardware entropy source; board %s "
                          "draws from os.urandom" % args.board)
     if entropy != "urandom":
-        base = pv.drop_charged(base, ("epsilon_cs",))
+        base = drop_charged(base, ("epsilon_cs",))
     return base
 
 

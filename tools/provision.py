@@ -24,11 +24,11 @@ import shutil
 import subprocess
 import sys
 import zlib
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplError
+from dpsense.tools.windowcap import drop_charged
 
 Log = Callable[[str], None]
 
@@ -50,7 +50,7 @@ DEMO_CONFIG: dict[str, Any] = {
     "epsilon_cs": "2",
     "centre": [0, 1650],
     "window_records": 600,
-    # The whole window (default_window_cap): 600 records x (2 x 0.5 + epsilon_cs 2 + epsilon_a 1),
+    # The whole window (tools/windowcap.py): 600 records x (2 x 0.5 + epsilon_cs 2 + epsilon_a 1),
     # a demo that keeps releasing at 1 reading/s.
     "window_cap": "2400",
     "period_ms": 1000,
@@ -68,44 +68,6 @@ CA_FILE = "ca.der"
 
 class ProvisionError(ValueError):
     """A config that cannot go to this board; the text names the key."""
-
-
-def record_charge(cfg: dict[str, Any]) -> Decimal:
-    """What the board's ledger charges per record for ``cfg`` (shared_protocol/mechanism.py
-    ``epsilon_charge``): columns x epsilon, plus ``epsilon_cs`` and ``epsilon_a`` where the
-    config has them. ProvisionError when a value is not a decimal string."""
-    try:
-        total = Decimal(cfg["epsilon"]) * len(cfg["columns"])
-        for key in ("epsilon_cs", "epsilon_a"):
-            if cfg.get(key) is not None:
-                total += Decimal(cfg[key])
-    except (InvalidOperation, KeyError, TypeError):
-        raise ProvisionError('epsilon, epsilon_cs, epsilon_a: must be decimal strings such as "0.5", '
-                             'with columns a list') from None
-    return total
-
-
-def default_window_cap(cfg: dict[str, Any]) -> str:
-    """The cap that releases every reading of a records-window: ``window_records`` x the board's
-    charge per record (``record_charge``), as a decimal string."""
-    n = cfg.get("window_records")
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ProvisionError("window_cap: give --window-cap (a decimal string) for a window "
-                             "that is not counted in records")
-    return "{:f}".format((record_charge(cfg) * n).normalize())
-
-
-def drop_charged(cfg: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
-    """``cfg`` without ``keys`` (charge keys a board has not: the micro:bit's epsilon_cs and
-    epsilon_a); a cap that released every reading of the window still does, at the smaller charge."""
-    out = {k: v for k, v in cfg.items() if k not in keys}
-    try:
-        whole = cfg.get("window_cap") == default_window_cap(cfg)
-    except ProvisionError:
-        whole = False
-    if whole and out != cfg:
-        out["window_cap"] = default_window_cap(out)
-    return out
 
 
 def profile_name(board: str) -> str:

@@ -150,7 +150,8 @@ def test_the_default_cap_releases_every_reading_of_the_window(tmp_path: Path) ->
     # The example config: 600 records x (2 x 0.5 + epsilon_cs 2 + epsilon_a 1) on a board with both
     # keys; the micro:bit has neither and gets 600 x 2 x 0.5. Power: the cap before (600) let
     # a quarter of the readings through.
-    assert pv.DEMO_CONFIG["window_cap"] == pv.default_window_cap(pv.DEMO_CONFIG) == "2400"
+    from dpsense.tools.windowcap import default_window_cap
+    assert pv.DEMO_CONFIG["window_cap"] == default_window_cap(pv.DEMO_CONFIG) == "2400"
     assert _released(pv.build_config("pico", dict(pv.DEMO_CONFIG), 7, None)) == 600
     assert _released(dict(pv.DEMO_CONFIG, window_cap="600")) == 150
     mb = pv.build_config("microbit", dict(pv.DEMO_CONFIG), 7, None)

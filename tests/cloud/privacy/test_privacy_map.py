@@ -12,7 +12,8 @@ from dpsense.protocol.fixedpoint import Affine
 from dpsense.protocol.mechanism import Column, RecordMechanism
 from dpsense.protocol.rng import XorShift32
 from dpsense.tools import privacy_tables
-from dpsense.tools.provision import DEMO_CONFIG, board_profile, build_config, drop_charged
+from dpsense.tools.provision import DEMO_CONFIG, board_profile, build_config
+from dpsense.tools.windowcap import drop_charged
 
 ROOT = Path(__file__).resolve().parents[3]
 
