@@ -22,19 +22,21 @@ A profile for another number of columns than the board config's, or than ``raw_s
 is refused with one line (ProvisionError). The profile sets ``config_id``, ``epsilon``,
 ``centre`` and the columns' ``delta_q``; the window is the board config's, else the options,
 else ``DEFAULT_WINDOW_RECORDS`` records with a cap that releases all of them (each record
-costs ``columns x epsilon``), one reading per ``DEFAULT_PERIOD_MS``. The cloud-only fields
+costs what the board's ledger charges: ``columns x epsilon + epsilon_cs``, plus ``epsilon_a``
+when the board config has it; tools/windowcap.py), one reading per
+``DEFAULT_PERIOD_MS``. The cloud-only fields
 (``w_o_q``, ``dbscan_*``, ``band_width_q``, ``quantum``, ``domain``) stay on the host.
 """
 from __future__ import annotations
 
 import json
 import math
-from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Sequence
 
 from dpsense.tools.provision import ProvisionError
+from dpsense.tools.windowcap import WindowCapError, default_window_cap
 
 DEFAULT_WINDOW_RECORDS = 600
 DEFAULT_PERIOD_MS = 1000
@@ -124,6 +126,14 @@ def config_from_profile(doc: dict[str, Any], path: str, board: dict[str, Any] | 
             cols.append({"num": ratio.numerator, "den": ratio.denominator, "offset": 0,
                          "raw_min": -span, "raw_max": span, "delta_q": d})
     base.update(config_id=config_id, columns=cols, epsilon=eps, centre=centre)
+    # The boards' noise on d_diff, which the correction server's rules take from the same profile.
+    ecs = doc.get("epsilon_cs")
+    if ecs is not None:
+        if not isinstance(ecs, str):
+            raise ProvisionError('%s: epsilon_cs: must be a decimal string such as "2"' % path)
+        base["epsilon_cs"] = ecs
+    else:
+        base.pop("epsilon_cs", None)
     if window_records is not None:
         base.pop("window_seconds", None)
         base["window_records"] = window_records
@@ -132,16 +142,12 @@ def config_from_profile(doc: dict[str, Any], path: str, board: dict[str, Any] | 
     if window_cap is not None:
         base["window_cap"] = window_cap
     if "window_cap" not in base:
-        # Every record of a records-window released: its cost, records x columns x epsilon.
-        n = base.get("window_records")
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ProvisionError("window_cap: give --window-cap (a decimal string) for a window "
-                                 "that is not counted in records")
+        # Every record of a records-window released: records x the board's charge per record
+        # (columns x epsilon + epsilon_cs, + epsilon_a when the board config has it).
         try:
-            cap = Decimal(eps) * ncols * n
-        except InvalidOperation:
-            raise ProvisionError('%s: epsilon: must be a decimal string such as "0.5"' % path) from None
-        base["window_cap"] = "{:f}".format(cap.normalize())
+            base["window_cap"] = default_window_cap(base)
+        except WindowCapError as e:
+            raise ProvisionError(str(e)) from None
     if period_ms is not None:
         base["period_ms"] = period_ms
     base.setdefault("period_ms", DEFAULT_PERIOD_MS)

@@ -139,9 +139,9 @@ def _provision_examples() -> str:
         "  python tools/flash.py provision --board pico --port /dev/ttyACM0 --device-id 9 "
         "--config-json pico.json",
         "  python tools/flash.py provision --board microbit --port /dev/ttyACM0 --device-id 10 "
-        "--plaintext-corrections   # no AES on the micro:bit",
+        "--plaintext-corrections --no-privacy   # no AES, no hardware RNG in the node",
         "  python tools/flash.py provision --board qemu-microbit --port /dev/pts/3 --device-id 7 "
-        "--plaintext-corrections"
+        "--plaintext-corrections --no-privacy"
         "   # pty from `flash.py qemu`",
         "  python tools/flash.py provision --board unix --port out/unix --device-id 7 "
         "--config-json unix.json",
@@ -165,7 +165,7 @@ def _verify_examples() -> str:
 def _all_examples() -> str:
     return "\n".join([
         "  # the emulated micro:bit: QEMU, node files, config, checks, then the node runs",
-        "  python tools/flash.py all --board qemu-microbit --device-id 7 --plaintext-corrections "
+        "  python tools/flash.py all --board qemu-microbit --device-id 7 --plaintext-corrections --no-privacy "
         "--password-file d7.pw",
         "  dpsense gateway --port /dev/pts/N --device-id 7 --password-file d7.pw   # N as printed",
         "  # a real ESP32 (MicroPython image from micropython.org/download/ESP32_GENERIC)",
@@ -181,7 +181,7 @@ def _all_examples() -> str:
         "--config-json pico.json --password-file d9.pw" % PICO_IMAGE,
         "  # a real micro:bit v1: then `dpsense gateway --port <printed pty> --device-id 10 --password-file d10.pw`",
         "  python tools/flash.py all --board microbit --port /dev/ttyACM0 --image %s "
-        "--device-id 10 --plaintext-corrections --password-file d10.pw" % MICROBIT_IMAGE,
+        "--device-id 10 --plaintext-corrections --no-privacy --password-file d10.pw" % MICROBIT_IMAGE,
         "  # the unix port, into a folder",
         "  python tools/flash.py all --board unix --port out/unix --device-id 7 --config-json unix.json",
     ])
@@ -301,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
                         % DEFAULT_WINDOW_RECORDS)
         sp.add_argument("--window-cap", metavar="EPSILON",
                         help="with --from-profile: epsilon per window (default: every reading "
-                        "of the window, records x columns x epsilon)")
+                        "of the window, records x the ledger's charge per record: columns x epsilon "
+                        "+ epsilon_cs (+ epsilon_a))")
         sp.add_argument("--period-ms", type=int, metavar="MS",
                         help="with --from-profile: ms between readings (default %d)" % DEFAULT_PERIOD_MS)
         sp.add_argument("--data-dir", default=os.environ.get("DPSENSE_DATA_DIR", "dpsense-data"),
@@ -330,6 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "AES, or a config with corrections \"plaintext\"): the correction server is "
                         "told to accept them from this device, and the broker and a gateway can read "
                         "them (docs/privacy.md). Without it, the board gets keys and seals them")
+        sp.add_argument("--no-privacy", action="store_true",
+                        help="provision a board whose noise comes from a PRNG (the micro:bit: "
+                        "prng_no_dp), which gives no privacy (docs/privacy.md); without it such a board "
+                        "is refused. Its config then has no epsilon_cs (its node has none)")
         sp.add_argument("--password-file", metavar="PATH",
                         help="also write the device account's password here (mode 0600), e.g. "
                         "for `dpsense gateway --password-file PATH`; the broker keeps no copy")
@@ -525,7 +530,7 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
     micro:bit itself); its name, bytes and keys."""
     from dpsense.protocol.topics import DEVICE_USER
     from dpsense.tools import provision as pv
-    base = _base(args)
+    base = _no_privacy(args, _base(args))
     der = _ca_der(args)
     owner = _owner(args.owner)
     mqtt = der is not None and pv.board_profile(args.board)["transport"] == "mqtt"
@@ -584,6 +589,23 @@ def _provision(args: argparse.Namespace, repl: RawRepl | None,
         log("  config.txt checked by the board itself (mbcfg, written for the check and "
             "removed after it): ok; mbnode.run's arguments in mbargs.txt")
     return name, data, cfg
+
+
+def _no_privacy(args: argparse.Namespace, base: dict) -> dict:
+    """A board without private noise only with ``--no-privacy``, and then without epsilon_cs
+    (a cap of the whole window follows its smaller charge)."""
+    from dpsense.tools import provision as pv
+    from dpsense.tools.windowcap import drop_charged
+    entropy = pv.board_profile(args.board)["entropy"]
+    if entropy != "urandom" and not getattr(args, "no_privacy", False):
+        raise SystemExit("flash: board %s draws its noise from a PRNG (%s): its readings and d_diff are "
+                         "not protected (docs/privacy.md); say so with --no-privacy" % (args.board, entropy))
+    if entropy == "urandom" and getattr(args, "no_privacy", False):
+        raise SystemExit("flash: --no-privacy is for a board without a hardware entropy source; board %s "
+                         "draws from os.urandom" % args.board)
+    if entropy != "urandom":
+        base = drop_charged(base, ("epsilon_cs",))
+    return base
 
 
 def _base(args: argparse.Namespace) -> dict:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplError
+from dpsense.tools.windowcap import drop_charged
 
 Log = Callable[[str], None]
 
@@ -44,9 +45,14 @@ DEMO_CONFIG: dict[str, Any] = {
     # The correction server's default --analyst-epsilon: each record is charged for what a
     # round gives the analyst too, so the caps bound its whole view (shared_protocol/config.py).
     "epsilon_a": "1",
+    # Noise on d_diff towards the correction server: dpsense.cloud.deploy.profile.DEFAULT_EPSILON_CS,
+    # which the correction server's rules account for (docs/privacy.md).
+    "epsilon_cs": "2",
     "centre": [0, 1650],
     "window_records": 600,
-    "window_cap": "600",      # the whole window: a demo that keeps releasing at 1 reading/s
+    # The whole window (tools/windowcap.py): 600 records x (2 x 0.5 + epsilon_cs 2 + epsilon_a 1),
+    # a demo that keeps releasing at 1 reading/s.
+    "window_cap": "2400",
     "period_ms": 1000,
 }
 
@@ -136,6 +142,7 @@ def build_config(board: str, base: dict[str, Any], device_id: int, password: str
         if "window_seconds" in raw:
             raise ProvisionError("window_seconds: the micro:bit node has no clock for it; "
                                  "give window_records")
+        raw = drop_charged(raw, ("epsilon_cs", "epsilon_a"))
         raw = {k: raw[k] for k in MICROBIT_KEYS if k in raw}
         if host_only is not None:
             raw["period_ms"] = host_only

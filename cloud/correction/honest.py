@@ -30,7 +30,8 @@ Two mechanisms, both on the correction server CS, protect the records from the a
    The never-worse rules keep their guarantee up to the noise: the thresholds move by
    ``t = ceil(b ln(1/alpha))`` (``b`` the noise scale), so a normal reading is added with
    probability at most alpha per row (``P(Z <= -t) <= exp(-t/b)``), and the noise split
-   removes a row with probability at most ``2 alpha`` per row.
+   removes a row with probability at most ``2 alpha`` per row. With the boards' own noise on
+   d_diff (``epsilon_cs``, ``board_scale``) t covers the sum of both (margin.py).
 
 2. **Honest rounds only** (the protocol). One round per window, over the window's whole token
    set as CS stores it: the opening message names the analyst's window id and the window's
@@ -76,6 +77,7 @@ import numpy as np
 from dpsense.cloud.correction.binding import check
 from dpsense.cloud.correction.binding import encode as _encode
 from dpsense.cloud.correction.binding import fingerprint as _fingerprint
+from dpsense.cloud.correction.margin import margin
 from dpsense.cloud.errors import RoundError, StorageUnavailable, UsageError
 from dpsense.cloud.deploy.files import write_private
 from dpsense.protocol.noise import DiscreteLaplace, scale_for
@@ -153,7 +155,7 @@ class RecordNoise:
     """Discrete Laplace noise per record, ``Delta_A / epsilon`` with ``Delta_A = ceil(rho)``,
     fixed by ``key`` and the record's token (module docstring, 1)."""
 
-    def __init__(self, key: bytes, normal_radius: float, epsilon: Fraction) -> None:
+    def __init__(self, key: bytes, normal_radius: float, epsilon: Fraction, board_scale: float = 0.0) -> None:
         if not isinstance(key, bytes) or len(key) < 16:
             raise UsageError("the noise key must be at least 16 bytes")
         if not (math.isfinite(normal_radius) and normal_radius > 0):
@@ -162,6 +164,8 @@ class RecordNoise:
         self.delta_q = max(1, math.ceil(normal_radius))
         self._num, self._den = scale_for(self.delta_q, self.epsilon.numerator, self.epsilon.denominator)
         self.scale = self._num / self._den
+        # The boards' own noise on d_diff (epsilon_cs), which the margin must cover as well.
+        self.board_scale = float(board_scale)
         self._key = key
         self._cache: dict[bytes, int] = {}
 
@@ -179,8 +183,9 @@ class RecordNoise:
         return np.asarray(d_diff, dtype=float) + np.array([self.noise(t) for t in tokens], dtype=float)
 
     def margin(self, alpha: float) -> float:
-        """t with ``P(Z <= -t) <= alpha`` (and ``P(Z >= t) <= alpha``): ``ceil(b ln(1/alpha))``."""
-        return float(math.ceil(self.scale * math.log(1.0 / alpha)))
+        """t with ``P(Z <= -t) <= alpha`` (and ``P(Z >= t) <= alpha``) for Z this noise plus the
+        boards' (margin.py): ``ceil(b ln(1/alpha))`` when the boards add none."""
+        return margin(self.scale, self.board_scale, alpha)
 
 
 def load_key(path: Path) -> bytes:

@@ -109,6 +109,10 @@ class CorrectionParams:
     normal_radius : float
         rho, the distance from the provisioned centre within which a reading is normal;
         ``> 0`` for ``layers="provable"``.
+    board_noise_scale : float
+        The boards' noise on d_diff towards the correction server, ``cs_delta / epsilon_cs``
+        quanta (shared_protocol/mechanism.py), 0 for boards without ``epsilon_cs``; the
+        thresholds move by the margin of this noise and the server's own (margin.py).
     """
 
     w_o: float
@@ -124,6 +128,7 @@ class CorrectionParams:
     columns: int = 2
     alpha: float = 0.005
     normal_radius: float = 0.0
+    board_noise_scale: float = 0.0
 
     def __post_init__(self) -> None:
         _real("w_o", self.w_o)
@@ -151,6 +156,7 @@ class CorrectionParams:
             raise ValueError("layers 'provable' needs normal_radius > 0")
         _real("noise_scale", self.noise_scale)
         _real("normal_radius", self.normal_radius)
+        _real("board_noise_scale", self.board_noise_scale)
 
     def tau(self) -> float:
         """The noise split's threshold (``split="noise"``)."""

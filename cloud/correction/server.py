@@ -365,14 +365,16 @@ class CorrectionServer:
         if self.params is None:
             return None
         check_mode(self.mode, self.params)
-        noise = RecordNoise(self.noise_key, self.params.normal_radius, self.epsilon)
+        noise = RecordNoise(self.noise_key, self.params.normal_radius, self.epsilon, self.params.board_noise_scale)
         # Other parameters than the ledger's stop the server (UsageError): a second view of answered windows.
         ledger.bind_key(self.noise_key, answer_parameters(self.mode, self.epsilon, noise.delta_q, self.params))
         self.log("correction server: mode %s, w_O = %g quanta, normal radius %g quanta; answering honest rounds "
                  "(at least %d tokens, %d presumed outliers) from d_diff with discrete Laplace noise of scale %g "
-                 "quanta (epsilon %s towards the analyst per reading within the normal radius)"
+                 "quanta (epsilon %s towards the analyst per reading within the normal radius); thresholds moved "
+                 "by %g quanta (the boards' noise on d_diff: scale %g quanta)"
                  % (self.mode, self.params.w_o, self.params.normal_radius, self.policy.min_window,
-                    self.policy.min_presumed, noise.scale, self.epsilon))
+                    self.policy.min_presumed, noise.scale, self.epsilon, noise.margin(self.params.alpha),
+                    noise.board_scale))
         return CorrectionRounds(self.params, lookup, mode=self.mode, noise=noise, policy=self.policy,
                                 ledger=ledger, log=self.log)
 

@@ -20,6 +20,10 @@ from dpsense.protocol.fixedpoint import Affine, parse_decimal
 from dpsense.protocol.mechanism import Column, RecordMechanism
 
 PROFILE_FILE = "profile.json"
+#: The boards' default noise on d_diff towards the correction server (config ``epsilon_cs``):
+#: the smallest of the measured values that keeps mode bands within 1 point of recall and subset
+#: of the exact d_diff at paper 1's settings (docs/privacy.md, "d_diff towards the correction server").
+DEFAULT_EPSILON_CS = "2"
 
 
 @dataclass(frozen=True)
@@ -36,21 +40,34 @@ class DeviceProfile:
     dbscan_eps: float = 12.0
     dbscan_min_samples: int = 60
     band_width_q: float = 0.0
+    #: The boards' config ``epsilon_cs`` (None: boards that add no noise to d_diff).
+    epsilon_cs: str | None = DEFAULT_EPSILON_CS
     # The share of outliers the analyst expects in a window (its round skip and the model-fit
     # check, cloud/correction/fit.py): calibrated with the rest; 0.10 in profiles written before.
     outlier_share: float = 0.10
 
     def mechanism(self, rng: object) -> RecordMechanism:
-        """The board's per-record mechanism for this profile (identity scaling over the domain)."""
+        """The board's per-record mechanism for this profile (identity scaling over the domain),
+        with its noise on d_diff when the profile has ``epsilon_cs``."""
         span = int(round(self.domain / self.quantum))
         eps = parse_decimal(self.epsilon)
         cols = [Column(Affine(1, 1, 0, -span, span), d, eps) for d in self.delta_q]
-        return RecordMechanism(cols, list(self.centre_q), rng)
+        ecs = None if self.epsilon_cs is None else parse_decimal(self.epsilon_cs)
+        return RecordMechanism(cols, list(self.centre_q), rng, ecs)
 
     def noise_scale_q(self) -> float:
         """b, the largest per-column noise scale in quanta (public: sensitivity / epsilon)."""
         num, den = parse_decimal(self.epsilon)
         return max(self.delta_q) * den / num
+
+    def board_noise_scale_q(self) -> float:
+        """The boards' noise scale on d_diff, ``cs_delta / epsilon_cs`` quanta
+        (shared_protocol/mechanism.py), 0 without ``epsilon_cs``."""
+        if self.epsilon_cs is None:
+            return 0.0
+        num, den = parse_decimal(self.epsilon_cs)
+        cols = [Column(Affine(1, 1, 0, -1, 1), d, (1, 1)) for d in self.delta_q]
+        return RecordMechanism(cols, [0] * len(cols), None, (num, den)).cs_delta * den / num
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__)

@@ -4,6 +4,8 @@
     rows = privacy_map(validate(raw, profile), analyst_epsilon=Fraction(1))
     print(render(rows))            # the table docs/privacy.md shows for the default config
 
+    print(render_boards([board_row("pico", "urandom", cfg), board_row("microbit", "prng_no_dp", None)]))
+
 ``cfg`` is shared_protocol/config.py's validated config (fractions as ``(num, den)``), so the
 figures are the board's own: its columns' ranges and domain, epsilons and caps.
 ``analyst_epsilon`` is the correction server's ``--analyst-epsilon``. Every row is pure
@@ -11,7 +13,12 @@ epsilon-DP (delta 0); ``epsilon`` None is a view with no finite guarantee. The a
 come from cloud/privacy/analyst_view.py (the release and the round view of a pair), the
 per-window and lifetime rows from the caps: a board releases at most
 ``floor(cap / charge)`` records into them, each held by the analyst at the normal-box epsilon
-(eps_row + epsilon_A after a round).
+(eps_row + epsilon_A after a round). The correction server's row is ``epsilon_cs``-DP (the board's
+noise on d_diff, shared_protocol/mechanism.py); a config without it gives no finite guarantee there.
+``board_row`` sums a board's default config up per party; a board whose noise comes from a PRNG
+(``entropy`` other than ``urandom``: the micro:bit) has no finite guarantee towards anyone, and the
+row names the flag without which provisioning refuses it. tools/privacy_tables.py prints the tables
+docs/privacy.md shows from these functions.
 """
 from __future__ import annotations
 
@@ -69,6 +76,38 @@ def privacy_map(cfg: dict[str, Any], analyst_epsilon: Fraction = Fraction(1)) ->
             capped(_frac(cfg["lifetime_cap"]))),
         Row("correction server", "a record's d_diff, two readings within rho of c", None if cs is None else _frac(cs)),
     ]
+
+
+@dataclass(frozen=True)
+class BoardRow:
+    board: str
+    entropy: str
+    release: Fraction | None            # a record, two readings of the normal box, before a round
+    after_rounds: Fraction | None       # the same after every round
+    correction_server: Fraction | None  # a record's d_diff, two readings within rho of c
+    needs: str = ""                     # the flag without which provisioning refuses the board
+
+
+def board_row(board: str, entropy: str, cfg: dict[str, Any] | None, analyst_epsilon: Fraction = Fraction(1),
+              needs: str = "") -> BoardRow:
+    """A board's default config per party (``cfg`` None or ignored when its noise is not private)."""
+    if entropy != "urandom" or cfg is None:
+        return BoardRow(board, entropy, None, None, None, needs)
+    rows = {(r.party, r.records): r.epsilon for r in privacy_map(cfg, analyst_epsilon)}
+    return BoardRow(board, entropy,
+                    rows[("gateway, broker, analyst before a round", "a record, two readings of the normal box")],
+                    rows[("analyst after rounds", "a record, two readings of the normal box")],
+                    rows[("correction server", "a record's d_diff, two readings within rho of c")], needs)
+
+
+def render_boards(rows: list[BoardRow]) -> str:
+    """The boards' default configs as a Markdown table."""
+    lines = ["| board | noise from | a record towards gateway, broker, analyst | the analyst after rounds | "
+             "the correction server (d_diff) | provisioned only with |", "|---|---|---:|---:|---:|---|"]
+    lines += ["| %s | `%s` | %s | %s | %s | %s |" % (r.board, r.entropy, _text(r.release), _text(r.after_rounds),
+                                                    _text(r.correction_server), "`%s`" % r.needs if r.needs else "-")
+              for r in rows]
+    return "\n".join(lines) + "\n"
 
 
 def _text(f: Fraction | None) -> str:

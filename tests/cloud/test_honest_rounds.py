@@ -347,13 +347,13 @@ def test_a_race_between_two_servers_is_decided_by_the_ledger(shared_ledger):
 
 # -- parameters bound to the ledger ---------------------------------------------------------
 
-def _restart(tmp_path, *argv, profile_delta=(8, 8)):
+def _restart(tmp_path, *argv, profile_delta=(8, 8), epsilon_cs="2"):
     """`dpsense correction-server` on one data dir; nothing listens on the broker port, so a server
     that gets past its ledger check stops there (rc 2, "cannot reach the broker")."""
     from dpsense.cloud.deploy.broker import free_port
     from dpsense.cloud.deploy.profile import DeviceProfile, save_profile
     save_profile(tmp_path, DeviceProfile(quantum=1.0, domain=1000.0, delta_q=profile_delta, epsilon="1",
-                                         centre_q=(0, 0), w_o_q=30.0))
+                                         centre_q=(0, 0), w_o_q=30.0, epsilon_cs=epsilon_cs))
     r = subprocess.run([sys.executable, "-m", "dpsense.cloud.cli", "correction-server", "--data-dir", str(tmp_path),
                         "--broker-port", str(free_port()), "--no-ingest", *argv],
                        capture_output=True, text=True, timeout=60,
@@ -362,22 +362,23 @@ def _restart(tmp_path, *argv, profile_delta=(8, 8)):
     return r.stderr.strip().splitlines()
 
 
-@pytest.mark.parametrize("changed, argv, delta", [
-    ("epsilon_A 1 -> 2", ["--analyst-epsilon", "2"], (8, 8)),
-    ("normal_radius", [], (9, 8)),                                  # a recalibrated rho
-    ("mode bands -> paper", ["--correction-mode", "paper"], (8, 8)),
+@pytest.mark.parametrize("changed, argv, delta, ecs", [
+    ("epsilon_A 1 -> 2", ["--analyst-epsilon", "2"], (8, 8), "2"),
+    ("normal_radius", [], (9, 8), "2"),                             # a recalibrated rho
+    ("mode bands -> paper", ["--correction-mode", "paper"], (8, 8), "2"),
 ])
-def test_a_restart_with_other_parameters_on_the_same_ledger_is_refused(tmp_path, changed, argv, delta):
+def test_a_restart_with_other_parameters_on_the_same_ledger_is_refused(tmp_path, changed, argv, delta, ecs):
     assert "cannot reach the broker" in _restart(tmp_path)[-1]
     assert "cannot reach the broker" in _restart(tmp_path)[-1]          # the same parameters start
-    lines = _restart(tmp_path, *argv, profile_delta=delta)
+    lines = _restart(tmp_path, *argv, profile_delta=delta, epsilon_cs=ecs)
     assert len(lines) == 1 and "parameters are not the ones its round ledger answered with" in lines[0], lines
     assert changed in lines[0] and "--rotate-noise-key" in lines[0]
     # The operator rotates the key: the server starts with the new parameters, and keeps them.
     key = (tmp_path / "correction-noise.key").read_bytes()
-    assert "cannot reach the broker" in _restart(tmp_path, "--rotate-noise-key", *argv, profile_delta=delta)[-1]
+    assert "cannot reach the broker" in _restart(tmp_path, "--rotate-noise-key", *argv, profile_delta=delta,
+                                                 epsilon_cs=ecs)[-1]
     assert (tmp_path / "correction-noise.key").read_bytes() != key
-    assert "cannot reach the broker" in _restart(tmp_path, *argv, profile_delta=delta)[-1]
+    assert "cannot reach the broker" in _restart(tmp_path, *argv, profile_delta=delta, epsilon_cs=ecs)[-1]
     assert "round ledger" in _restart(tmp_path)[-1]                    # the old parameters are refused now
 
 

@@ -111,7 +111,9 @@ def test_global_sensitivity_baseline_is_much_worse(summary):
 def test_markdown_has_one_row_per_setting_and_method(summary):
     text = markdown(summary.cfg, summary.rows, elapsed_s=1.0, history=summary.history)
     table = [line for line in text.splitlines() if line.startswith("| 220 | 0.1 |")]
-    assert len(table) == 8 + 1          # eight methods + the diagnostics row
+    # nine methods, the diagnostics row and the epsilon_cs check against today's bands
+    assert len(table) == 9 + 1 + 1
+    assert sum(line.endswith(("| yes |", "| not checked |")) or "| no: seed" in line for line in table) == 1
     assert "mode bands" in text and "mode paper, never-worse rule" in text and "2017 reconstruction" in text
     assert "mode secure (predicate, circuit-checked)" in text
     assert "| bands (headline) | 220 | 0.1 | yes |" in text and "| secure | 220 | 0.1 | yes |" in text
@@ -130,7 +132,7 @@ def test_cli_writes_the_outputs(tmp_path, capsys):
     assert "| 400 | 0.5 | mode bands |" in text and "| 400 | 0.5 | mode secure (predicate, circuit-checked) |" in text
     with open(out / "runs.csv", newline="") as f:
         runs = list(csv.DictReader(f))
-    assert len(runs) == 2 * 8
+    assert len(runs) == 2 * 9
     # The circuit ran on seed 1's window (the default: one seed per setting) and matched.
     secure = {r["seed"]: r["circuit_matched"] for r in runs if r["method"] == "secure"}
     assert secure == {"1": "True", "2": ""}

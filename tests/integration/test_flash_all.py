@@ -63,7 +63,7 @@ def test_flash_all_then_gateway_brings_readings_to_the_database(tmp_path: Path) 
         with open(flash_log, "wb") as out:
             flash = subprocess.Popen(
                 [sys.executable, "tools/flash.py", "all", "--board", "qemu-microbit",
-                 "--device-id", "7", "--plaintext-corrections", "--data-dir", str(cloud.dir),
+                 "--device-id", "7", "--plaintext-corrections", "--no-privacy", "--data-dir", str(cloud.dir),
                  "--password-file", str(pw_file),
                  "--broker-port", str(cloud.broker.port), "--config-json", str(conf),
                  "--stimulus", str(stim)],

@@ -30,8 +30,9 @@ def test_a_saved_profile_becomes_a_board_config_the_board_accepts(tmp_path: Path
     # Raw counts are quanta: 600 units at 0.01 per quantum is +-60000 raw.
     assert cfg["columns"] == [{"num": 1, "den": 1, "offset": 0, "raw_min": -60000, "raw_max": 60000,
                                "delta_q": d} for d in (7524, 7600)]
-    # A window of 600 readings, every one released: 600 x 2 columns x 0.5.
-    assert (cfg["window_records"], cfg["window_cap"], cfg["period_ms"]) == (600, "600", 1000)
+    # A window of 600 readings, every one released: 600 x (2 columns x 0.5 + epsilon_cs 2).
+    assert (cfg["window_records"], cfg["window_cap"], cfg["period_ms"]) == (600, "1800", 1000)
+    assert cfg["epsilon_cs"] == "2"
     assert not set(cfg) & {"quantum", "domain", "w_o_q", "dbscan_eps", "band_width_q", "centre_q"}
     # The micro:bit takes the same profile (only what mbnode.run takes).
     assert pv.node_call(pv.build_config("microbit", base, 7, None)).startswith(
@@ -45,7 +46,7 @@ def test_raw_scale_gives_the_exact_affine_map(tmp_path: Path) -> None:
     assert (c0["num"], c0["den"], c1["num"], c1["den"]) == (1, 1, 5, 1)
     assert (c1["raw_min"], c1["raw_max"]) == (-12000, 12000)
     assert Affine(c1["num"], c1["den"], 0, c1["raw_min"], c1["raw_max"]).apply(300) == 1500   # 15 units
-    assert (base["window_records"], base["window_cap"], base["period_ms"]) == (10, "10", 50)
+    assert (base["window_records"], base["window_cap"], base["period_ms"]) == (10, "30", 50)
     base = load_board_base(_profile(tmp_path), raw_scale=["0.003", "2"])
     assert (base["columns"][0]["num"], base["columns"][0]["den"]) == (3, 10)
     assert base["columns"][1]["raw_max"] == 300
@@ -103,7 +104,7 @@ def test_provision_from_a_calibrated_profile_on_the_unix_port(tmp_path: Path, ca
             "--from-profile", prof, "--config-json", str(board_json), "--window-records", "50"]
     assert flash.main(argv) == 0, capsys.readouterr().err
     cfg = json.loads((tmp_path / "b" / "config.json").read_text())
-    assert cfg["columns"][1]["delta_q"] == 7600 and cfg["window_cap"] == "50"
+    assert cfg["columns"][1]["delta_q"] == 7600 and cfg["window_cap"] == "150"
     assert (tmp_path / "cs" / "correction-keys" / "keys.json").exists()
     assert not (tmp_path / "a" / "correction-keys").exists()
     board_json.write_text(json.dumps({"stimulus": "rows.txt", "columns": [pv.DEMO_CONFIG["columns"][0]]}))
@@ -129,3 +130,42 @@ def test_the_readmes_board_files_provision_from_a_profile(tmp_path: Path) -> Non
         cfg = pv.build_config(board, base, 7, "pw" if board == "esp32" else None, "broker.lan", 8883,
                               tls_ca=board == "esp32")
         assert cfg["epsilon"] == "0.5" and [c["delta_q"] for c in cfg["columns"]] == [7524, 7600]
+
+
+def _released(cfg: dict) -> int:
+    """How many records of one window the board's ledger releases under ``cfg``: its cap over its
+    charge per record (shared_protocol/mechanism.py ``epsilon_charge``), at most the window."""
+    from fractions import Fraction
+
+    from dpsense.protocol.fixedpoint import parse_decimal
+    from dpsense.protocol.mechanism import Column, RecordMechanism
+    cols = [Column(Affine(1, 1, 0, -1, 1), c["delta_q"], parse_decimal(cfg["epsilon"])) for c in cfg["columns"]]
+    ecs, ea = cfg.get("epsilon_cs"), cfg.get("epsilon_a")
+    mech = RecordMechanism(cols, [0] * len(cols), None, None if ecs is None else parse_decimal(ecs))
+    charge = Fraction(*mech.epsilon_charge(None if ea is None else parse_decimal(ea)))
+    return min(int(Fraction(*parse_decimal(cfg["window_cap"])) // charge), cfg["window_records"])
+
+
+def test_the_default_cap_releases_every_reading_of_the_window(tmp_path: Path) -> None:
+    # The example config: 600 records x (2 x 0.5 + epsilon_cs 2 + epsilon_a 1) on a board with both
+    # keys; the micro:bit has neither and gets 600 x 2 x 0.5. Power: the cap before (600) let
+    # a quarter of the readings through.
+    from dpsense.tools.windowcap import default_window_cap
+    assert pv.DEMO_CONFIG["window_cap"] == default_window_cap(pv.DEMO_CONFIG) == "2400"
+    assert _released(pv.build_config("pico", dict(pv.DEMO_CONFIG), 7, None)) == 600
+    assert _released(dict(pv.DEMO_CONFIG, window_cap="600")) == 150
+    mb = pv.build_config("microbit", dict(pv.DEMO_CONFIG), 7, None)
+    assert mb["window_cap"] == "600" and _released(mb) == 600
+    # From a profile, with the board's epsilon_a (--config-json): 100 x (2 x 0.5 + 2 + 1).
+    board = tmp_path / "pico.json"
+    board.write_text(json.dumps({"epsilon_a": "1", "window_records": 100}))
+    base = load_board_base(_profile(tmp_path), str(board))
+    assert base["window_cap"] == "400" and _released(pv.build_config("pico", base, 9, None)) == 100
+    # The micro:bit from the same profile (--no-privacy drops epsilon_cs): 600 x 2 x 0.5.
+    import argparse
+    base = flash._no_privacy(argparse.Namespace(board="microbit", no_privacy=True), load_board_base(_profile(tmp_path)))
+    assert base["window_cap"] == "600" and "epsilon_cs" not in base
+    # A cap the operator gave stays as given.
+    base = flash._no_privacy(argparse.Namespace(board="microbit", no_privacy=True),
+                             load_board_base(_profile(tmp_path), window_cap="90"))
+    assert base["window_cap"] == "90"

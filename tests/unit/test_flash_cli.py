@@ -324,3 +324,22 @@ def test_retire_removes_the_account_and_the_keys_and_refuses_an_unknown_device(t
     rc, out, err = run(capsys, "retire", "--device-id", "7", "--data-dir", str(data),
                        "--correction-data-dir", str(cs))
     assert rc == 1 and len(err.strip().splitlines()) == 1 and "device 7 has no broker account" in err
+
+
+def test_a_board_without_private_noise_needs_no_privacy(tmp_path, capsys) -> None:
+    """The micro:bit's noise is a PRNG's (prng_no_dp): provisioning refuses it unless --no-privacy
+    says so, and then leaves out epsilon_cs, which its node has not; a board with os.urandom
+    refuses the flag."""
+    import argparse
+
+    for board in ("microbit", "qemu-microbit"):
+        with pytest.raises(SystemExit, match="--no-privacy"):
+            flash._no_privacy(argparse.Namespace(board=board, no_privacy=False), dict(pv.DEMO_CONFIG))
+        base = flash._no_privacy(argparse.Namespace(board=board, no_privacy=True), dict(pv.DEMO_CONFIG))
+        assert "epsilon_cs" not in base and "epsilon_cs" in pv.DEMO_CONFIG
+        assert "epsilon_cs" not in pv.microbit_config_text(pv.build_config(board, base, 7, None))
+    conf = tmp_path / "unix.json"
+    conf.write_text(json.dumps(dict(pv.DEMO_CONFIG, stimulus="readings.txt")))
+    rc, out, err = run(capsys, "provision", "--board", "unix", "--port", str(tmp_path / "b"), "--device-id", "7",
+                       "--config-json", str(conf), "--data-dir", str(tmp_path / "d"), "--no-privacy")
+    assert rc != 0 and "--no-privacy is for a board without a hardware entropy source" in err + out

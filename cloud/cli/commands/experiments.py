@@ -80,6 +80,9 @@ def parser_experiment(p: argparse.ArgumentParser) -> None:
                     help="the correction server's epsilon towards the analyst (default 1)")
     ed.add_argument("--epsilon-cs", type=parse_floats, default=(1.0, 0.5),
                     help="comma-separated board epsilon_cs values (default 1,0.5)")
+    ed.add_argument("--epsilon-cs-aware", type=parse_floats, default=(1.0, 2.0, 3.0),
+                    help="comma-separated board epsilon_cs values the correction server's rules know "
+                         "(its thresholds move by both noises' margin; default 1,2,3)")
     ef = sub.add_parser("families", help="recall and subset per data family: O', mode bands, the default with "
                                          "the model-fit check",
                         description="The deployed path in-process on each data family (cloud/sim/families.py): "
@@ -253,7 +256,7 @@ def _do_dcs(args: argparse.Namespace) -> int:
     from dpsense.cloud.errors import UsageError
     from dpsense.cloud.sim.experiments.dcs import markdown, run_dcs
     from dpsense.cloud.sim.experiments.paper1 import Paper1Config
-    if not args.epsilon_a > 0 or any(not e > 0 for e in args.epsilon_cs):
+    if not args.epsilon_a > 0 or any(not e > 0 for e in args.epsilon_cs + args.epsilon_cs_aware):
         raise UsageError("--epsilon-a and --epsilon-cs must be > 0")
     try:
         cfg = Paper1Config(separations=args.separations, epsilons=args.epsilons,
@@ -262,7 +265,7 @@ def _do_dcs(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     t0 = time.perf_counter()
     rows = run_dcs(cfg, args.epsilon_a, args.epsilon_cs,
-                   progress=lambda line: print(line, file=sys.stderr, flush=True))
+                   progress=lambda line: print(line, file=sys.stderr, flush=True), aware=args.epsilon_cs_aware)
     print(markdown(rows))
     print("\n%d seeds x %d separations x %d epsilons, n = %d, %.0f s"
           % (len(cfg.seeds), len(cfg.separations), len(cfg.epsilons), cfg.n, time.perf_counter() - t0))

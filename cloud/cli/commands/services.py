@@ -550,7 +550,8 @@ def do_correction(args: argparse.Namespace) -> int:
                                 layers="provable" if noise else "paper", alpha=args.alpha,
                                 noise_scale=prof.noise_scale_q() if prof is not None else 0.0,
                                 columns=len(prof.delta_q) if prof is not None else 2,
-                                normal_radius=normal_radius(prof.delta_q) if prof is not None else 0.0)
+                                normal_radius=normal_radius(prof.delta_q) if prof is not None else 0.0,
+                                board_noise_scale=prof.board_noise_scale_q() if prof is not None else 0.0)
     if not 0 < args.alpha < 1:
         raise UsageError("--alpha must be in (0, 1)")
     if args.w_o is not None and not args.w_o >= 0:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dpsense.cloud.correction.bands import run_bands
+from dpsense.cloud.correction.margin import margin
 from dpsense.cloud.correction.rules import (
     false_negatives,
     needs_round,
@@ -42,16 +43,20 @@ from dpsense.protocol.distance import isqrt
 
 @dataclass(frozen=True)
 class Variant:
-    """``eps_a`` None: the exact d_diff (the server before honest rounds)."""
+    """``eps_a`` None: the exact d_diff (the server before honest rounds). ``aware``: the
+    server's thresholds move by the margin of both noises (its ``board_noise_scale``,
+    cloud/correction/margin.py), not of its own alone."""
 
     eps_a: float | None
     eps_cs: float | None
+    aware: bool = False
 
     @property
     def name(self) -> str:
         if self.eps_a is None:
             return "exact d_diff (before)"
-        return "epsilon_A %g" % self.eps_a + (", epsilon_cs %g" % self.eps_cs if self.eps_cs else "")
+        return ("epsilon_A %g" % self.eps_a + (", epsilon_cs %g" % self.eps_cs if self.eps_cs else "")
+                + (", rules aware" if self.aware and self.eps_cs else ""))
 
 
 @dataclass(frozen=True)
@@ -71,10 +76,6 @@ def cs_delta(rs_q: np.ndarray) -> int:
     return r2 + 1 + (r2 + 2) // 2
 
 
-def _margin(scale: float, alpha: float) -> float:
-    return float(math.ceil(scale * math.log(1.0 / alpha)))
-
-
 def run_window(cfg: Paper1Config, hist: History, x_q: np.ndarray, truth: np.ndarray, sep: float, eps: float,
                seed: int, variants: Sequence[Variant]) -> list[DcsRow]:
     n, m = x_q.shape
@@ -91,13 +92,15 @@ def run_window(cfg: Paper1Config, hist: History, x_q: np.ndarray, truth: np.ndar
     rows = []
     for v in variants:
         d = d_exact.copy()
-        if v.eps_cs:
-            d = d + discrete_laplace(rng, cs_delta(hist.rs_q) / v.eps_cs, n)
+        bc = cs_delta(hist.rs_q) / v.eps_cs if v.eps_cs else 0.0
+        if bc:
+            d = d + discrete_laplace(rng, bc, n)
         t = t2 = 0.0
         if v.eps_a is not None:
             b = max(1, math.ceil(rho)) / v.eps_a
             d = d + discrete_laplace(rng, b, n)
-            t, t2 = _margin(b, cfg.alpha), _margin(b, cfg.alpha / 2)
+            seen = bc if v.aware else 0.0
+            t, t2 = margin(b, seen, cfg.alpha), margin(b, seen, cfg.alpha / 2)
         bands = run_bands(d, dist, hist.band_width_q, rho + t).r
         if go:
             tau = (noise_threshold(nw.noise_scale, m, cfg.alpha / 2) + t2 if v.eps_a is not None
@@ -117,9 +120,11 @@ def run_window(cfg: Paper1Config, hist: History, x_q: np.ndarray, truth: np.ndar
 
 
 def run_dcs(cfg: Paper1Config, eps_a: float = 1.0, eps_cs: Sequence[float] = (1.0,),
-            progress: Callable[[str], None] | None = None) -> list[DcsRow]:
+            progress: Callable[[str], None] | None = None, aware: Sequence[float] = ()) -> list[DcsRow]:
+    """``eps_cs``: board epsilons the server's rules ignore; ``aware``: those its rules know."""
     say = progress or (lambda line: None)
-    variants = [Variant(None, None), Variant(eps_a, None)] + [Variant(eps_a, e) for e in eps_cs]
+    variants = ([Variant(None, None), Variant(eps_a, None)] + [Variant(eps_a, e) for e in eps_cs]
+                + [Variant(eps_a, e, True) for e in aware])
     rows: list[DcsRow] = []
     for sep in cfg.separations:
         for seed in cfg.seeds:
