@@ -10,6 +10,9 @@ import pytest
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "postgres: runs against a throw-away PostgreSQL server (Debian package postgresql)")
+    # pytest-xdist registers it too; here so that a run without xdist keeps --strict-markers.
+    config.addinivalue_line(
+        "markers", "xdist_group(name): tests of one group run on one pytest -n worker, one after another")
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,9 @@ from dpsense.cloud.transport.serialport import Transport
 from dpsense.tools.rawrepl import RawRepl, RawReplError, ReplTimeout
 
 _MISSING = missing_reason()
-pytestmark = [pytest.mark.qemu,
+# xdist_group "timing": one worker runs these and tests/statistical/test_release_timing.py in turn
+# (the emulated board and the timed firmware loop each want a core of their own).
+pytestmark = [pytest.mark.qemu, pytest.mark.xdist_group("timing"),
               pytest.mark.skipif(_MISSING is not None, reason="QEMU micro:bit: %s" % _MISSING)]
 
 MODULES = ("rng", "noise", "fixedpoint")

@@ -40,7 +40,9 @@ ROOT = Path(__file__).resolve().parents[2]
 UPY = shutil.which("micropython") or str(Path(sys.executable).parent / "micropython")
 ALPHA = 1e-3
 
-pytestmark = [pytest.mark.slow,
+# xdist_group: scripts/test.sh runs pytest on several workers; the tests of the group "timing" run
+# one after another on one worker, so no other test of the group spins a core beside them.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("timing"),
               pytest.mark.skipif(not os.path.exists(UPY), reason="no micropython (unix port) on PATH")]
 
 

@@ -20,6 +20,14 @@ def _with(base, **changes):
     return {**base, **changes}
 
 
+class _NotAnRng:
+    """Has no ``random``; its repr is the same in every process, so the test ids are too (the
+    pytest -n workers must collect the same ids)."""
+
+    def __repr__(self) -> str:
+        return "NotAnRng()"
+
+
 BAD = [
     (Laplace, _with(LAPLACE, epsilon=0), ValueError),
     (Laplace, _with(LAPLACE, epsilon=-1), ValueError),
@@ -34,7 +42,7 @@ BAD = [
     (Laplace, _with(LAPLACE, granularity=0), ValueError),
     (Laplace, _with(LAPLACE, granularity="fine"), TypeError),
     (Laplace, _with(LAPLACE, values_on_grid=1), TypeError),
-    (Laplace, _with(LAPLACE, rng=object()), TypeError),
+    (Laplace, _with(LAPLACE, rng=_NotAnRng()), TypeError),
     (Gaussian, _with(GAUSS, delta=0), ValueError),
     (Gaussian, _with(GAUSS, delta=1), ValueError),
     (Gaussian, _with(GAUSS, delta=-1e-9), ValueError),
