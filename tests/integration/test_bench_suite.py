@@ -12,9 +12,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
 
-import suite  # noqa: E402
+
+def _load_suite():
+    """bench/suite.py as a module, without bench/ on sys.path: bench/firmware.py would then
+    stand for the firmware package in every later import of the same process."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("dpsense_bench_suite", ROOT / "bench" / "suite.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod          # dataclasses look the module up by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+suite = _load_suite()
 
 
 def test_every_script_in_bench_is_in_the_suite_or_a_helper() -> None:

@@ -1,26 +1,30 @@
 """docs/deploying.md, walked as written: its ```sh blocks run in order in a scratch folder.
 
-Two data dirs as the two trust zones ($A, $CS), a real Mosquitto (`dpsense broker run` from the
-page), two stand-in boards (the MicroPython unix port, provisioned from `curator calibrate`'s
+Two data dirs as the two trust zones ($A, $CS), each with an OS user of its own that runs its
+services when the test runs as root (dpsense-lc-a, dpsense-lc-cs; else both are the test's), a
+real Mosquitto (`dpsense broker run` from the page), two stand-in boards (the MicroPython unix port, provisioned from `curator calibrate`'s
 profile by `dpsense-flash all --from-profile`). The test writes only what the page says the
 operator brings (reference.csv, the boards' stimulus files d1.rows, d2.rows) and sets the
-page's variables (A, CS, PORT, DASH_PORT, BOARDS); everything else is the page's commands, so a
+page's variables (VARS); everything else is the page's commands, so a
 change to a command, an option or a message the page waits for fails here.
 
 Checked against the stores: every reading and correction record stored once, every window
 scored (the done windows' readings add up to the readings stored, none held or closed), every
 board's epsilon known (no ``unknown`` in ``dpsense results devices``), `dpsense status` and
 /metrics agreeing with the stores; after re-provisioning, the new keys open the new boot's
-correction records; after retiring, the account and keys are gone.
+correction records; after retiring, the account and keys are gone; with two users, each
+service's database is its zone user's and the analyst's user cannot read the key store.
 """
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +38,10 @@ from tests.integration.procs import ROOT
 DOC = ROOT / "docs" / "deploying.md"
 N = 300                     # readings per board and boot (the emulated micro:bit: M)
 M = 40
-VARS = ("A", "CS", "PORT", "DASH_PORT", "BOARDS")
+VARS = ("A", "CS", "PORT", "DASH_PORT", "BOARDS", "A_USER", "CS_USER", "AS_A", "AS_CS")
+# Run as root, the page's two zones get two users of their own (made once, kept: system users
+# without a home or a login shell).
+ZONE_USERS = ("dpsense-lc-a", "dpsense-lc-cs")
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
@@ -148,10 +155,20 @@ def test_the_deploying_page_walked_as_written(tmp_path: Path) -> None:
     assert used <= set(VARS), "the page uses variables its table does not define: %s" % (used - set(VARS))
     for v in VARS:
         assert "| `%s` |" % v in text, v
-    work = tmp_path / "ops"
+    users = _zone_users()
+    # The zones' users must reach their folders: pytest's tmp_path is private to root, so the
+    # page gets a folder of its own that others may pass through (not list).
+    base = Path(tempfile.mkdtemp(prefix="dpsense-lifecycle-")) if users else tmp_path
+    if users:
+        base.chmod(0o711)
+    work = base / "ops"
     work.mkdir()
-    env = dict(os.environ, A=str(tmp_path / "analyst"), CS=str(tmp_path / "cs"), PORT=str(free_port()),
-               DASH_PORT=str(free_port()), BOARDS=str(tmp_path / "boards"),
+    work.chmod(0o711)
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    a_user, cs_user = users or (me, me)
+    env = dict(os.environ, A=str(base / "analyst"), CS=str(base / "cs"), PORT=str(free_port()),
+               DASH_PORT=str(free_port()), BOARDS=str(base / "boards"), A_USER=a_user, CS_USER=cs_user,
+               AS_A="runuser -u %s --" % a_user if users else "", AS_CS="runuser -u %s --" % cs_user if users else "",
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
                PYTHONPATH=str(ROOT))
     env.pop("DPSENSE_DATA_DIR", None)
@@ -205,12 +222,42 @@ def test_the_deploying_page_walked_as_written(tmp_path: Path) -> None:
         log = tmp_path / "retired-d2.log"
         page.start(["micropython", "main.py", "config.json"], Path(env["BOARDS"]) / "d2", log)
         assert _wait(lambda: "broker refused the connection" in log.read_text(), 30), log.read_text()
+        if users:
+            # Each service ran as its zone's user: its database is that user's, and the analyst's
+            # user cannot open the correction server's key store.
+            assert (a / "analyst.db").stat().st_uid == pwd.getpwnam(a_user).pw_uid
+            assert (cs / "correction.db").stat().st_uid == pwd.getpwnam(cs_user).pw_uid
+            assert (cs / "correction-keys" / "keys.json").stat().st_uid == pwd.getpwnam(cs_user).pw_uid
+            peek = subprocess.run(["runuser", "-u", a_user, "--", "cat", str(cs / "correction-keys" / "keys.json")],
+                                  capture_output=True, text=True)
+            assert peek.returncode != 0 and "Permission denied" in peek.stderr, peek
     finally:
         page.close()
+        if users:
+            shutil.rmtree(base, ignore_errors=True)
     assert time.monotonic() - t0 < 240
     if qemu_missing:
         # Every other step ran and passed; say which one did not.
         pytest.skip("walked every step but the emulated micro:bit's: QEMU %s" % qemu_missing)
+
+
+def _zone_users() -> tuple[str, str] | None:
+    """The two zone users when this test can have them (root, with useradd and runuser), made
+    if missing; None otherwise (both zones are then the test's own user's)."""
+    if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("runuser"):
+        return None
+    for name in ZONE_USERS:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                                  capture_output=True, text=True)
+            if made.returncode != 0 and "already exists" not in made.stderr:
+                return None
+    # The project's files must be readable by them (a checkout in a private folder is not).
+    probe = subprocess.run(["runuser", "-u", ZONE_USERS[0], "--", sys.executable, "-c", "import dpsense.cloud"],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return (ZONE_USERS[0], ZONE_USERS[1]) if probe.returncode == 0 else None
 
 
 def _settled(a: Path, analyst_db: str, correction_db: str, n: int, page: Page) -> None:

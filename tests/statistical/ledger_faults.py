@@ -57,6 +57,9 @@ def main(base, mode, clocks):
     cfg = validate(raw, profile)
     new_seal_key(cfg["seal_key_path"])
     app = App(cfg, profile, lambda s: None, (lambda b: None, lambda: None))
+    # No gateway answers here: status lines are not what this measures, and each unanswered one
+    # would hold the boot's end for its repeats (firmware/seriallink.py).
+    app.link.say = lambda line: None
     clock = StepClock(clocks[0] if clocks else 0)
     # The same ledger, read with the step clock (App's own reads the system clock).
     app.ledger = led = Ledger(app.mech.epsilon_row(), cfg["window_cap"], cfg["window_records"],

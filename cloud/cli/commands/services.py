@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -96,9 +97,15 @@ def _show_password(args: argparse.Namespace, name: str, password: str) -> None:
     """Once, where the user asked: a new 0600 file, or standard output."""
     from pathlib import Path
 
-    from dpsense.cloud.deploy.files import write_private
+    from dpsense.cloud.deploy.files import folder_owner, write_private
     if args.password_file:
-        write_private(Path(args.password_file), password + "\n")
+        path = Path(args.password_file)
+        write_private(path, password + "\n")
+        # Root writing it into a service user's folder (its data dir): that user's, so that the
+        # service reads it and nobody else does.
+        owner = folder_owner(path.parent)
+        if owner is not None:
+            os.chown(path, *owner)
         print("%s: password written to %s (mode 0600)" % (name, args.password_file), file=sys.stderr)
     else:
         print("%s %s" % (name, password))
