@@ -45,6 +45,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from dpsense.cloud.deploy.broker import Broker, free_port  # noqa: E402
+from tests.integration.procs import wait_for as _wait  # noqa: E402
 
 FAULTS = ("broker", "ingest", "analyst", "postgres")
 DEFAULT_FAULTS = "broker,ingest,analyst,postgres,broker"
@@ -71,15 +72,6 @@ class Result:
     def ok(self) -> bool:
         return (self.simulate_rc == 0 and self.missing == 0 and self.duplicates == 0 and self.dead == 0
                 and len(self.done) == self.planned)
-
-
-def _wait(pred: Callable[[], bool], timeout: float, step: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(step)
-    return True
 
 
 class Installation:

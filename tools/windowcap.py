@@ -4,13 +4,14 @@
     cfg = drop_charged(cfg, ("epsilon_cs",))   # a whole-window cap follows the smaller charge
 
 A board's ledger charges each record ``columns x epsilon``, plus ``epsilon_cs`` and
-``epsilon_a`` where its config has them (shared_protocol/mechanism.py ``epsilon_charge``), so a
+``epsilon_a`` where its config has them (shared_protocol/mechanism.py ``epsilon_charge``, which
+``record_charge`` calls), so a
 cap of ``window_records x columns x epsilon`` releases only part of a window once either key is
 set (a quarter of it with DEMO_CONFIG's 2 x 0.5 + 2 + 1).
 """
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Sequence
 
 
@@ -19,18 +20,24 @@ class WindowCapError(ValueError):
 
 
 def record_charge(cfg: dict[str, Any]) -> Decimal:
-    """What the board's ledger charges per record for ``cfg`` (shared_protocol/mechanism.py
-    ``epsilon_charge``): columns x epsilon, plus ``epsilon_cs`` and ``epsilon_a`` where the
-    config has them. WindowCapError when a value is not a decimal string."""
+    """What the board's ledger charges per record for ``cfg``: the board's own
+    ``RecordMechanism.epsilon_charge`` (shared_protocol/mechanism.py) for these columns,
+    ``epsilon_cs`` and ``epsilon_a``. WindowCapError when a value is not a decimal string or a
+    column is malformed."""
+    from dpsense.protocol.fixedpoint import Affine, parse_decimal
+    from dpsense.protocol.mechanism import Column, RecordMechanism
     try:
-        total = Decimal(cfg["epsilon"]) * len(cfg["columns"])
-        for key in ("epsilon_cs", "epsilon_a"):
-            if cfg.get(key) is not None:
-                total += Decimal(cfg[key])
-    except (InvalidOperation, KeyError, TypeError):
+        eps = parse_decimal(cfg["epsilon"])
+        cols = [Column(Affine(c["num"], c["den"], c["offset"], c["raw_min"], c["raw_max"]), c["delta_q"], eps)
+                for c in cfg["columns"]]
+        ecs = parse_decimal(cfg["epsilon_cs"]) if cfg.get("epsilon_cs") is not None else None
+        ea = parse_decimal(cfg["epsilon_a"]) if cfg.get("epsilon_a") is not None else None
+        num, den = RecordMechanism(cols, [0] * len(cols), None, ecs).epsilon_charge(ea)
+    except (ValueError, KeyError, TypeError):
         raise WindowCapError('epsilon, epsilon_cs, epsilon_a: must be decimal strings such as "0.5", '
-                             'with columns a list') from None
-    return total
+                             'with columns a list of column maps') from None
+    # Decimal inputs give a terminating fraction, exact at Decimal's 28 digits.
+    return Decimal(num) / Decimal(den)
 
 
 def default_window_cap(cfg: dict[str, Any]) -> str:

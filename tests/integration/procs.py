@@ -5,9 +5,21 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(pred: Callable[[], bool], timeout: float, step: float = 0.2) -> bool:
+    """Poll ``pred`` every ``step`` seconds until it holds (True) or ``timeout`` passes (False)."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step)
+    return True
 
 
 def stop(p: subprocess.Popen) -> None:

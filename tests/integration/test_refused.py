@@ -20,18 +20,10 @@ from dpsense.cloud.storage import open_analyst_store
 from dpsense.cloud.transport import topics
 from dpsense.cloud.transport.gateway.relay import Gateway
 from dpsense.cloud.transport.gateway.service import on_publish_for
+from tests.integration.procs import wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("mosquitto_passwd") is None,
                                 reason="Debian package 'mosquitto' is not installed")
-
-
-def _wait(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def test_a_refused_publish_is_counted_for_its_device(tmp_path: Path) -> None:
@@ -57,10 +49,10 @@ def test_a_refused_publish_is_counted_for_its_device(tmp_path: Path) -> None:
         client.on_publish = on_publish_for(gw)
         client.connect(broker.host, broker.port, clean_start=True)
         client.loop_start()
-        assert _wait(client.is_connected, 5)
+        assert wait_for(client.is_connected, 5, step=0.05)
         gw.publish(topics.READINGS % user, b"allowed")
         gw.publish(topics.READINGS % "d8", b"another device's topic")       # not d7's to write
-        assert _wait(lambda: gw.stats.refused == 1 and statuses, 5), (gw.stats, logs)
+        assert wait_for(lambda: gw.stats.refused == 1 and statuses, 5, step=0.05), (gw.stats, logs)
         time.sleep(0.3)
         client.disconnect()
         client.loop_stop()
