@@ -47,7 +47,7 @@ CAP = 3                 # records per window (ledger_faults.py: epsilon 1 a reco
 LIFETIME = 30
 WINDOW_SECONDS = 60
 # Boots per mode: a lost slot after a full records window (the rarer fault) needs more.
-BOOTS = {"records": 300, "seconds": 150}
+BOOTS = {"records": 300, "seconds": 220}
 SEED = 20261125
 
 pytestmark = [pytest.mark.slow,
